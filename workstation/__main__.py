@@ -1,0 +1,3 @@
+from workstation.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""The coding agent: loop, tools, protocols, approvals, checkpoints, context. No Qt."""

@@ -1,0 +1,224 @@
+"""Typed settings in one place (pydantic-settings).
+
+Every field has a docstring, every field can be overridden from the environment
+(``WORKSTATION_<FIELD>``, nested with ``__``), and the settings carry a schema
+version. Everything the app writes lives under :attr:`Settings.data_dir`, so
+``WORKSTATION_DATA_DIR=/some/dir`` starts a run from nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+from pydantic import Field, ValidationError
+from pydantic_settings import (
+    BaseSettings,
+    JsonConfigSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+SCHEMA_VERSION = 1
+SETTINGS_FILE_NAME = "settings.json"
+APP_NAME = "workstation"
+
+
+def default_data_dir() -> Path:
+    """Where the app writes when nothing says otherwise (XDG data dir)."""
+    env = os.environ.get("WORKSTATION_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+
+
+class EngineSettings(BaseSettings):
+    """How the app finds and launches the vLLM engine."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    python: Path | None = None
+    """Python of an existing vLLM install to use instead of the managed environment."""
+    model: str = "smollm2"
+    """Model to serve: ``smollm2`` (embedded default), ``tiny`` (random weights, tests),
+    a local Hugging Face directory, or a model id vLLM downloads itself."""
+    profile: str = "default"
+    """Name of the tuning profile whose flags the engine starts with."""
+    host: str = "127.0.0.1"
+    """Address the managed engine binds to. Loopback unless you know why not."""
+    port: int = 0
+    """Port of the managed engine; 0 picks a free one at each start."""
+    start_timeout_s: float = 300.0
+    """How long to wait for ``/health`` before giving up on a start."""
+    stop_grace_s: float = 10.0
+    """Seconds between SIGTERM and SIGKILL when stopping the engine."""
+    kv_cache_gib: float | None = None
+    """KV cache size for the CPU engine; None sizes it from free memory."""
+    extra_args: list[str] = Field(default_factory=list)
+    """Further ``vllm serve`` arguments appended after the profile's."""
+    external_url: str | None = None
+    """Use an OpenAI-compatible endpoint that already runs instead of a managed engine."""
+    external_api_key: str | None = None
+    """API key for ``external_url``."""
+    external_model: str | None = None
+    """Model name to request from ``external_url`` (default: the first it lists)."""
+
+
+class FleetSettings(BaseSettings):
+    """Limits of the session fleet."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    max_generating: int = 32
+    """Sessions allowed to generate at once; more wait in a fair queue."""
+
+
+class TelemetrySettings(BaseSettings):
+    """Meters."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    gpu_interval_s: float = 1.0
+    """Seconds between NVML samples."""
+    metrics_interval_s: float = 1.0
+    """Seconds between scrapes of the engine's ``/metrics``."""
+    api_price_model: str = "gpt-4.1-mini"
+    """Paid API model the cost meter compares against (see prices.toml)."""
+    gpu_hourly_usd: float | None = None
+    """Self-hosting cost as a GPU rental price per hour; None uses energy + amortization."""
+    electricity_usd_per_kwh: float = 0.15
+    """Electricity price for the energy-based self-hosting cost."""
+    pue: float = 1.3
+    """Power usage effectiveness multiplier for the energy-based cost."""
+    hardware_usd: float = 0.0
+    """Hardware price amortized over ``hardware_years``."""
+    hardware_years: float = 3.0
+    """Years over which the hardware price is amortized."""
+
+
+class UiSettings(BaseSettings):
+    """The window."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    flush_hz: float = 30.0
+    """Rate at which coalesced token deltas are painted into panes."""
+    pane_max_blocks: int = 2000
+    """Transcript lines a pane widget keeps; older lines stay in the store."""
+    theme: Literal["system", "light", "dark"] = "system"
+    """Colour scheme; ``system`` follows the desktop palette."""
+
+
+class Settings(BaseSettings):
+    """All settings of the app. Loaded from ``<data_dir>/settings.json`` and the environment."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="WORKSTATION_", env_nested_delimiter="__", extra="ignore"
+    )
+
+    schema_version: int = SCHEMA_VERSION
+    """Version of this schema; files from a newer app are refused, older ones migrated."""
+    data_dir: Path = Field(default_factory=default_data_dir)
+    """Everything the app writes: engine environment, models, store, logs, recordings."""
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    fleet: FleetSettings = Field(default_factory=FleetSettings)
+    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
+    ui: UiSettings = Field(default_factory=UiSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        file = default_data_dir() / SETTINGS_FILE_NAME
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if file.is_file():
+            sources.append(JsonConfigSettingsSource(settings_cls, json_file=file))
+        return tuple(sources)
+
+    # ----- derived paths (one place, so nothing writes elsewhere) -----
+    @property
+    def engine_dir(self) -> Path:
+        return self.data_dir / "engine"
+
+    @property
+    def engine_venv(self) -> Path:
+        return self.engine_dir / "venv"
+
+    @property
+    def models_dir(self) -> Path:
+        return self.data_dir / "models"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    @property
+    def store_path(self) -> Path:
+        return self.data_dir / "store.sqlite3"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.data_dir / "cache"
+
+    @property
+    def recordings_dir(self) -> Path:
+        return self.data_dir / "recordings"
+
+    @property
+    def settings_file(self) -> Path:
+        return self.data_dir / SETTINGS_FILE_NAME
+
+
+class SettingsError(Exception):
+    """The settings file cannot be used; the message says why in plain words."""
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Load settings from file and environment; a broken file is a clear error."""
+    try:
+        settings = Settings(**overrides)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        raise SettingsError(
+            f"settings are invalid at '{where}': {first.get('msg')} "
+            f"(file: {default_data_dir() / SETTINGS_FILE_NAME})"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise SettingsError(
+            f"settings file {default_data_dir() / SETTINGS_FILE_NAME} is not valid JSON: {exc}"
+        ) from None
+    if settings.schema_version > SCHEMA_VERSION:
+        raise SettingsError(
+            f"settings file was written by a newer workstation (schema {settings.schema_version}, "
+            f"this one knows {SCHEMA_VERSION})"
+        )
+    return settings
+
+
+def save_settings(settings: Settings) -> Path:
+    """Write settings atomically, private to the user (0600)."""
+    path = settings.settings_file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = settings.model_dump(mode="json", exclude={"data_dir"})
+    data["schema_version"] = SCHEMA_VERSION
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".settings-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, indent=2, sort_keys=True)
+            fh.write("\n")
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -1,0 +1,1 @@
+"""Everything about vLLM: environment, model preparation, launcher, flags, endpoints, HTTP client."""

@@ -1,0 +1,1 @@
+"""Scripts that run inside the engine's own Python (never imported by the app)."""

@@ -1,0 +1,1 @@
+"""Many sessions: admission, queue, repository attach, persistence, resume. No Qt."""

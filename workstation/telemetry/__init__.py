@@ -1,0 +1,1 @@
+"""Samplers and meters: NVML, host, vLLM /metrics, stream counters, cost. No Qt."""

@@ -1,0 +1,1 @@
+"""Load benchmarks, traffic shape, autotuner, safe switch. No Qt."""

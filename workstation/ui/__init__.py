@@ -1,0 +1,1 @@
+"""PySide6 only here: window, tile grid, panes, meters, dialogs, recorder."""
