@@ -1,0 +1,107 @@
+"""Shared fixtures.
+
+The real vLLM CPU engine starts **once per test session** per model (``smollm2_engine``,
+``tiny_engine``). Set ``WORKSTATION_TEST_ENGINE_URL`` / ``_KEY`` / ``_MODEL`` (and for the tiny
+model ``WORKSTATION_TEST_TINY_URL`` / ``_KEY`` / ``_MODEL``) to reuse engines that already
+run instead, e.g. while developing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from workstation.core.endpoints import Endpoint  # noqa: E402
+
+
+def _external(prefix: str) -> Endpoint | None:
+    url = os.environ.get(f"{prefix}_URL")
+    if not url:
+        return None
+    return Endpoint(
+        base_url=url,
+        api_key=os.environ.get(f"{prefix}_KEY", ""),
+        model=os.environ.get(f"{prefix}_MODEL", ""),
+        name="test-engine",
+        native_tools=True,
+    )
+
+
+def _start_engine(model: str, tmp_root: Path) -> Iterator[Endpoint]:
+    import asyncio
+
+    from workstation.config import load_settings
+    from workstation.engine.launcher import EngineLauncher
+    from workstation.engine.environment import find_engine
+    from workstation.engine.models import resolve_model
+
+    settings = load_settings()
+    engine = find_engine(settings)
+    if engine is None:
+        pytest.skip("engine not set up (run `workstation engine setup`)")
+    try:
+        model_spec = resolve_model(settings, model)
+    except Exception as exc:  # noqa: BLE001 - reported as a skip reason
+        pytest.skip(f"model {model} not prepared: {exc}")
+    loop = asyncio.new_event_loop()
+    launcher = EngineLauncher(
+        settings, engine, model_spec, log_dir=tmp_root / f"engine-{model}", profile="default"
+    )
+    try:
+        loop.run_until_complete(launcher.start())
+    except Exception:
+        loop.run_until_complete(launcher.stop())
+        loop.close()
+        raise
+    try:
+        yield launcher.endpoint
+    finally:
+        loop.run_until_complete(launcher.stop())
+        loop.close()
+
+
+@pytest.fixture(scope="session")
+def smollm2_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
+    """The real CPU engine serving SmolLM2-135M-Instruct (shared by the whole session)."""
+    ext = _external("WORKSTATION_TEST_ENGINE")
+    if ext is not None:
+        yield ext
+        return
+    yield from _start_engine("smollm2", tmp_path_factory.mktemp("smollm2-engine"))
+
+
+@pytest.fixture(scope="session")
+def tiny_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
+    """The real CPU engine serving the tiny random-weight model (fast, cannot follow orders)."""
+    ext = _external("WORKSTATION_TEST_TINY")
+    if ext is not None:
+        yield ext
+        return
+    yield from _start_engine("tiny", tmp_path_factory.mktemp("tiny-engine"))
+
+
+@pytest.fixture
+def git_repo(tmp_path: Path) -> Path:
+    """A small git repository with one commit on ``main``."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True, env=env)
+    (repo / "README.md").write_text("# sample\n")
+    (repo / "app.py").write_text("def add(a, b):\n    return a + b\n")
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True, env=env)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "initial"], check=True, env=env)
+    return repo
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [f"git: {shutil.which('git')}", f"QT_QPA_PLATFORM={os.environ.get('QT_QPA_PLATFORM')}"]
