@@ -1,0 +1,32 @@
+"""Fixtures of the fleet tests: a git runner, repository builders."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from workstation.fleet.gitproc import GitRunner
+
+GIT_ENV = {
+    **os.environ,
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+}
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(cwd), *args], check=True, env=GIT_ENV,
+                          capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+async def runner() -> AsyncIterator[GitRunner]:
+    r = GitRunner()
+    yield r
+    await r.aclose()

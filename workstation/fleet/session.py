@@ -1,0 +1,136 @@
+"""What the fleet knows about one session: its spec (what the user asked for), its record
+(what the fleet made of it: worktree, branch, endpoint, state) and its live token stats."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from workstation.core.fleet_events import SessionSummary
+from workstation.core.session_state import SessionState
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSpec:
+    """What a new session should do and where. Persisted as the session's settings."""
+
+    task: str
+    repo: str
+    """A local repository folder, or a URL / path to clone (see ``clone``)."""
+    name: str | None = None
+    """Session name (branch ``ws/<name>``); None derives one from the task."""
+    base_branch: str | None = None
+    """Branch to start from; None takes the one checked out in the repository."""
+    clone: bool = False
+    """``repo`` is a URL or path to clone into the fleet's folder first."""
+    init_if_plain: bool = False
+    """``repo`` may be a plain folder: ``git init`` it (with a first commit) instead of refusing."""
+    mode: str = "act"
+    """Agent mode: ``plan`` (read and search only) or ``act``."""
+    auto_approve: tuple[str, ...] = ()
+    """Tool categories approved without asking (``read``, ``edit``, ``command``, ``all`` …)."""
+    headless: bool = False
+    """No one is there to approve or answer: such requests are refused back to the model."""
+    endpoint: str | None = None
+    """Pin to a named endpoint; None lets the router pick the least loaded one."""
+    max_steps: int | None = None
+    """Step budget for the agent; None uses the agent's default."""
+    temperature: float | None = None
+    shared_links: tuple[str, ...] = ()
+    """Read-only cache folders of the main checkout to link into the worktree (never writable)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SessionSpec:
+        known = {f for f in cls.__dataclass_fields__}
+        clean = {k: v for k, v in data.items() if k in known}
+        for key in ("auto_approve", "shared_links"):
+            if key in clean and clean[key] is not None:
+                clean[key] = tuple(clean[key])
+        return cls(**clean)
+
+
+@dataclass(slots=True)
+class SessionRecord:
+    """One row of the store's ``sessions`` table."""
+
+    session_id: str
+    name: str
+    spec: SessionSpec
+    state: SessionState
+    repo_path: str = ""
+    worktree_path: str = ""
+    branch: str = ""
+    base_branch: str = ""
+    start_commit: str = ""
+    endpoint_name: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    error: str = ""
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    position: int = 0
+    """Order in which sessions were created (tile order)."""
+
+    def summary(self, tokens_per_s: float = 0.0) -> SessionSummary:
+        return SessionSummary(
+            session_id=self.session_id,
+            name=self.name,
+            state=self.state,
+            task=self.spec.task,
+            repo_path=self.repo_path,
+            worktree_path=self.worktree_path,
+            branch=self.branch,
+            base_branch=self.base_branch,
+            mode=self.spec.mode,
+            endpoint_name=self.endpoint_name,
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=self.completion_tokens,
+            cached_tokens=self.cached_tokens,
+            tokens_per_s=tokens_per_s,
+            error=self.error,
+            created_at=self.created_at,
+        )
+
+    def copy(self) -> SessionRecord:
+        return replace(self)
+
+
+class TokenRate:
+    """Generated tokens per second over a sliding window of ``time.monotonic()`` seconds.
+
+    Quiet when idle: the rate falls to 0 once no tokens came for a whole window.
+    """
+
+    __slots__ = ("_window_s", "_marks", "_sum")
+
+    def __init__(self, window_s: float = 5.0) -> None:
+        self._window_s = window_s
+        self._marks: deque[tuple[float, int]] = deque()
+        self._sum = 0
+
+    def add(self, tokens: int, now: float | None = None) -> None:
+        if tokens <= 0:
+            return
+        t = time.monotonic() if now is None else now
+        self._marks.append((t, tokens))
+        self._sum += tokens
+        self._trim(t)
+
+    def rate(self, now: float | None = None) -> float:
+        t = time.monotonic() if now is None else now
+        self._trim(t)
+        if not self._marks:
+            return 0.0
+        span = min(max(t - self._marks[0][0], 1.0), self._window_s)
+        return self._sum / span
+
+    def _trim(self, now: float) -> None:
+        cutoff = now - self._window_s
+        while self._marks and self._marks[0][0] < cutoff:
+            self._sum -= self._marks.popleft()[1]
