@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Set up everything the app needs on a fresh Linux machine (idempotent):
+# system libraries Qt needs, the app's virtual environment (.venv), the managed vLLM
+# engine environment and the embedded model(s). Usage: scripts/setup.sh [--dev] [MODEL...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+dev=0
+models=()
+for arg in "$@"; do
+  case "$arg" in
+    --dev) dev=1 ;;
+    *) models+=("$arg") ;;
+  esac
+done
+[ ${#models[@]} -gt 0 ] || models=(smollm2)
+
+step() { printf '\n== %s\n' "$*"; }
+
+# Qt (even offscreen) needs a few shared libraries and a font.
+need_libs=()
+for lib in libEGL.so.1 libGL.so.1 libxkbcommon.so.0 libfontconfig.so.1 libdbus-1.so.3 libglib-2.0.so.0; do
+  ldconfig -p 2>/dev/null | grep -q "$lib" || need_libs+=("$lib")
+done
+if [ ${#need_libs[@]} -gt 0 ] || ! fc-list 2>/dev/null | grep -qi dejavu; then
+  step "installing system libraries for Qt (${need_libs[*]:-fonts})"
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 libglib2.0-0 fonts-dejavu-core >/dev/null
+  else
+    echo "missing: ${need_libs[*]} — install libegl1 libgl1 libxkbcommon0 libfontconfig1 libdbus-1-3 libglib2.0-0 fonts-dejavu-core" >&2
+  fi
+fi
+
+PY=${PYTHON:-python3.11}
+command -v "$PY" >/dev/null || PY=python3
+"$PY" -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
+
+if [ ! -x .venv/bin/python ]; then
+  step "creating the app environment (.venv)"
+  "$PY" -m venv .venv
+fi
+step "installing workstation into .venv"
+.venv/bin/python -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
+if [ "$dev" = 1 ]; then
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+else
+  .venv/bin/python -m pip install -q --disable-pip-version-check -e .
+fi
+
+step "setting up the vLLM engine environment"
+.venv/bin/workstation engine setup
+
+step "preparing model(s): ${models[*]}"
+.venv/bin/workstation model prepare "${models[@]}"

@@ -1,0 +1,103 @@
+"""``workstation doctor``: what was found, in plain words."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata as metadata
+import json
+import platform
+import shutil
+import sys
+
+from workstation import __version__
+from workstation.config import load_settings
+from workstation.core.errors import UserError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    doctor = subparsers.add_parser("doctor", help="report Python, Qt, engine, models, GPU and disk")
+    doctor.add_argument("--json", action="store_true", help="one JSON object instead of sentences")
+    doctor.set_defaults(func=_doctor)
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def gpu_report() -> dict:
+    """GPU and driver through NVML; a plain 'no GPU' where there is none."""
+    from workstation.telemetry.nvml_probe import probe_gpus
+
+    return probe_gpus()
+
+
+def collect() -> dict:
+    from workstation.engine.environment import find_engine, has_nvidia_gpu
+    from workstation.engine.models import BUILTIN_MODELS, check_model_dir, model_dir
+
+    settings = load_settings()
+    report: dict = {
+        "workstation": __version__,
+        "python": platform.python_version(),
+        "python_path": sys.executable,
+        "qt": _version("PySide6-Essentials") or _version("PySide6"),
+        "data_dir": str(settings.data_dir),
+    }
+    try:
+        engine = find_engine(settings)
+        report["engine"] = (
+            {"python": str(engine.python), "version": engine.version, "platform": engine.platform,
+             "managed": engine.managed}
+            if engine else None
+        )
+    except UserError as exc:
+        report["engine"] = {"error": str(exc)}
+    report["models"] = {
+        name: check_model_dir(model_dir(settings, name)) or "ready" for name in BUILTIN_MODELS
+    }
+    report["gpu"] = gpu_report()
+    report["nvidia_driver_present"] = has_nvidia_gpu()
+    target = settings.data_dir if settings.data_dir.exists() else settings.data_dir.parent
+    while not target.exists():
+        target = target.parent
+    usage = shutil.disk_usage(target)
+    report["disk"] = {"path": str(target), "free_gb": round(usage.free / 1e9, 1), "total_gb": round(usage.total / 1e9, 1)}
+    return report
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    report = collect()
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    qt = report["qt"]
+    print(f"workstation {report['workstation']} on Python {report['python']} ({report['python_path']})")
+    if qt and sys.version_info[:2] == (3, 11) and qt.startswith("6.12.0"):
+        print(f"Qt: PySide6 {qt} — this version crashes on Python 3.11; install 6.11.x")
+    else:
+        print(f"Qt: PySide6 {qt}" if qt else "Qt: PySide6 is not installed")
+    print(f"data directory: {report['data_dir']}")
+    engine = report["engine"]
+    if engine is None:
+        print("engine: not set up — run `workstation engine setup`")
+    elif "error" in engine:
+        print(f"engine: {engine['error']}")
+    else:
+        kind = "managed" if engine["managed"] else "your own install"
+        print(f"engine: vLLM {engine['version']} ({engine['platform']}, {kind}) at {engine['python']}")
+    for name, state in report["models"].items():
+        hint = "" if state == "ready" else f" — run `workstation model prepare {name}`"
+        print(f"model {name}: {state}{hint}")
+    gpu = report["gpu"]
+    if gpu.get("gpus"):
+        print(f"GPU: NVIDIA driver {gpu.get('driver')}, NVML {gpu.get('nvml')}")
+        for g in gpu["gpus"]:
+            print(f"  GPU{g['index']}: {g['name']}, {g['memory_total_gb']} GB")
+    else:
+        print(f"GPU: {gpu.get('reason', 'no GPU found')} — the engine runs on the CPU")
+    d = report["disk"]
+    print(f"disk: {d['free_gb']} GB free of {d['total_gb']} GB at {d['path']}")
+    return 0

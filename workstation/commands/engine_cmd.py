@@ -1,0 +1,105 @@
+"""``workstation engine setup|serve|profiles`` and ``workstation model prepare``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import time
+
+from workstation.config import load_settings
+from workstation.core.profiles import PRESETS, diff_against_parent
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    engine = subparsers.add_parser("engine", help="set up, run and inspect the vLLM engine")
+    verbs = engine.add_subparsers(dest="engine_verb", metavar="ACTION", required=True)
+
+    setup = verbs.add_parser("setup", help="create the managed engine environment (idempotent)")
+    setup.add_argument("--platform", choices=["cpu", "cuda"], help="default: cuda where an NVIDIA GPU is found")
+    setup.add_argument("--force", action="store_true", help="rebuild even if it looks ready")
+    setup.set_defaults(func=_setup)
+
+    serve = verbs.add_parser("serve", help="run the managed engine in the foreground until Ctrl-C")
+    serve.add_argument("--model", help="smollm2, tiny, a model directory, or a model id")
+    serve.add_argument("--profile", help=f"one of: {', '.join(PRESETS)}")
+    serve.add_argument("--port", type=int, default=None)
+    serve.set_defaults(func=_serve)
+
+    profiles = verbs.add_parser("profiles", help="list tuning profiles and what each changes")
+    profiles.set_defaults(func=_profiles)
+
+    model = subparsers.add_parser("model", help="prepare the embedded models")
+    mverbs = model.add_subparsers(dest="model_verb", metavar="ACTION", required=True)
+    prepare = mverbs.add_parser("prepare", help="prepare smollm2 (default) and/or tiny")
+    prepare.add_argument("names", nargs="*", metavar="NAME", help="smollm2 (default) and/or tiny")
+    prepare.add_argument("--force", action="store_true", help="rebuild even if it checks out")
+    prepare.set_defaults(func=_prepare)
+
+
+def _say(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _setup(args: argparse.Namespace) -> int:
+    from workstation.engine.environment import setup_engine
+
+    settings = load_settings()
+    started = time.monotonic()
+    setup_engine(settings, platform=args.platform, progress=_say, force=args.force)
+    _say(f"engine setup took {time.monotonic() - started:.0f} s")
+    return 0
+
+
+def _prepare(args: argparse.Namespace) -> int:
+    from workstation.engine.environment import require_engine
+    from workstation.engine.models import prepare_model
+
+    settings = load_settings()
+    engine = require_engine(settings)
+    for name in args.names or ["smollm2"]:
+        started = time.monotonic()
+        prepare_model(settings, engine, name, progress=_say, force=args.force)
+        _say(f"model '{name}' took {time.monotonic() - started:.0f} s")
+    return 0
+
+
+def _profiles(args: argparse.Namespace) -> int:
+    for profile in PRESETS.values():
+        parent = f" (from {profile.parent})" if profile.parent else ""
+        _say(f"{profile.name}{parent}: {profile.description}")
+        for line in diff_against_parent(profile):
+            _say(f"    {line}")
+    return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from workstation.engine.environment import require_engine
+    from workstation.engine.launcher import EngineLauncher
+    from workstation.engine.models import resolve_model
+
+    settings = load_settings()
+    engine = require_engine(settings)
+    model = resolve_model(settings, args.model)
+    launcher = EngineLauncher(settings, engine, model, profile=args.profile, port=args.port)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            endpoint = await launcher.start(_say)
+            _say(f"serving {endpoint.model} at {endpoint.v1} (API key in the app only); Ctrl-C stops")
+            waiter = asyncio.create_task(stop.wait(), name="serve-stop")
+            while not stop.is_set() and launcher.alive():
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(waiter), timeout=1.0)
+            waiter.cancel()
+        finally:
+            await launcher.stop()
+            _say("engine stopped")
+
+    asyncio.run(run())
+    return 0

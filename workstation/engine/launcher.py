@@ -1,0 +1,359 @@
+"""Launch, health-check, tail and stop a managed ``vllm serve``.
+
+- Bound to 127.0.0.1 on a free port, with a random API key per launch passed through
+  the environment (``VLLM_API_KEY``), so it never shows in ``ps`` or in a log.
+- Its own process group (``start_new_session``), stopped with SIGTERM then SIGKILL
+  after a grace period; the shim asks the kernel to kill it if the app dies.
+- Caches, temp files and sockets stay under the app's data dir.
+- Errors the user can act on are :class:`EngineStartError` with the last log lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import socket
+import time
+from collections.abc import Callable
+from enum import Enum
+from pathlib import Path
+
+import httpx
+import psutil
+from psygnal import Signal
+
+from workstation.config import Settings
+from workstation.core.endpoints import Endpoint
+from workstation.core.errors import UserError
+from workstation.core.profiles import PRESETS, Profile, apply_changes, effective
+from workstation.engine.environment import EngineInstall
+from workstation.engine.flags import validate_args
+from workstation.engine.models import ModelSpec
+
+log = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = 2000
+GIB = 1 << 30
+
+
+class EngineState(str, Enum):
+    STOPPED = "stopped"
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+    FAILED = "failed"
+
+
+class EngineStartError(UserError):
+    """The engine did not come up; the message carries its last log lines."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def port_in_use(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def cpu_kv_cache_bytes(requested_gib: float | None) -> int:
+    """KV cache for the CPU engine: enough for 32 agents where memory allows.
+
+    SmolLM2 needs ~23 KB per token; 4 GiB holds ~186k tokens (32 agents x ~5.8k).
+    Capped at a third of the memory that is available now, at least 512 MiB.
+    """
+    if requested_gib is not None:
+        return int(requested_gib * GIB)
+    available = psutil.virtual_memory().available
+    size = min(4 * GIB, int(available / 3))
+    size -= size % (256 << 20)
+    return max(size, 512 << 20)
+
+
+class EngineLauncher:
+    """One managed vLLM server. ``await start()``, use ``.endpoint``, ``await stop()``."""
+
+    state_changed = Signal(object, str)  # EngineState, detail
+    log_line = Signal(str)
+
+    def __init__(
+        self,
+        settings: Settings,
+        engine: EngineInstall,
+        model: ModelSpec,
+        *,
+        log_dir: Path | None = None,
+        profile: str | Profile | None = None,
+        extra_args: list[str] | None = None,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.model = model
+        self.log_dir = log_dir or settings.logs_dir
+        name = profile or settings.engine.profile
+        if isinstance(name, Profile):
+            self.profile = name
+        else:
+            if name not in PRESETS:
+                raise UserError(f"unknown engine profile '{name}' (known: {', '.join(PRESETS)})")
+            self.profile = PRESETS[name]
+        self.extra_args = list(extra_args or settings.engine.extra_args)
+        self.requested_port = port if port is not None else settings.engine.port
+        self.extra_env = dict(env or {})
+        self.state = EngineState.STOPPED
+        self.log_tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
+        self.port: int | None = None
+        self.started_s: float | None = None
+        self._api_key = ""
+        self._proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._log_file = None
+
+    # ----- public -----
+    @property
+    def endpoint(self) -> Endpoint:
+        if self.port is None:
+            raise UserError("the engine is not running")
+        return Endpoint(
+            base_url=f"http://{self.settings.engine.host}:{self.port}",
+            api_key=self._api_key,
+            model=self.model.served_name,
+            name=f"managed:{self.model.served_name}",
+            managed=True,
+            native_tools=True,
+        )
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    @property
+    def log_path(self) -> Path:
+        return self.log_dir / "engine.log"
+
+    def command(self) -> list[str]:
+        """The full argv of ``vllm serve`` for this launch (without the key)."""
+        profile_args, _ = effective(self.profile, PRESETS)
+        base = [
+            "--served-model-name", self.model.served_name,
+            "--host", self.settings.engine.host,
+            "--port", str(self.port or 0),
+        ]
+        if self.model.max_model_len:
+            base += ["--max-model-len", str(self.model.max_model_len)]
+        if self.model.builtin:
+            # Our chat template renders `tools`; hermes parses <tool_call> blocks.
+            base += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+        if self.engine.platform == "cpu":
+            base += ["--kv-cache-memory-bytes", str(cpu_kv_cache_bytes(self.settings.engine.kv_cache_gib))]
+        args = apply_changes(apply_changes(base, profile_args), self.extra_args)
+        return [*self.engine.vllm_argv, "serve", self.model.source, *args]
+
+    def environment(self) -> dict[str, str]:
+        data = self.settings.data_dir
+        tmp = self.settings.engine_dir / "tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "WORKSTATION_TEST"))}
+        env.update(
+            VLLM_API_KEY=self._api_key,
+            VLLM_CACHE_ROOT=str(self.settings.engine_dir / "cache"),
+            TMPDIR=str(tmp),
+            HF_HOME=str(data / "hf"),
+            HF_HUB_OFFLINE="1" if self.model.local_dir is not None else env.get("HF_HUB_OFFLINE", "0"),
+            WORKSTATION_PARENT_PID=str(os.getpid()),
+            PYTHONUNBUFFERED="1",
+            VLLM_NO_USAGE_STATS="1",
+            DO_NOT_TRACK="1",
+        )
+        if self.engine.platform == "cpu":
+            env["VLLM_TARGET_DEVICE"] = "cpu"
+            env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # empty value crashes the worker
+            iomp = self.engine.iomp_library()
+            if iomp is not None:
+                env["LD_PRELOAD"] = ":".join(filter(None, [str(iomp), env.get("LD_PRELOAD", "")]))
+        _, profile_env = effective(self.profile, PRESETS)
+        env.update(profile_env)
+        env.update(self.extra_env)
+        return env
+
+    async def start(self, progress: Callable[[str], None] | None = None) -> Endpoint:
+        if self.state in (EngineState.STARTING, EngineState.READY):
+            return self.endpoint
+        say = progress or (lambda _m: None)
+        host = self.settings.engine.host
+        if self.requested_port:
+            if port_in_use(host, self.requested_port):
+                raise EngineStartError(
+                    f"port {self.requested_port} on {host} is already in use",
+                    hint="stop what uses it, or set engine.port to 0 to pick a free port",
+                )
+            self.port = self.requested_port
+        else:
+            self.port = free_port(host)
+        self._api_key = secrets.token_urlsafe(24)
+        argv = self.command()
+        self._validate(argv)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_tail.clear()
+        self._log_file = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115
+        self._log_file.write(f"\n===== start {time.strftime('%Y-%m-%d %H:%M:%S')} profile={self.profile.name}\n")
+        self._log_file.write(" ".join(argv) + "\n")
+        self._set_state(EngineState.STARTING, f"starting {self.model.served_name} on port {self.port}")
+        say(f"starting vLLM ({self.engine.platform}, {self.engine.version}) with {self.model.served_name}, profile '{self.profile.name}'")
+        t0 = time.monotonic()
+        try:
+            self._proc = await asyncio.create_subprocess_exec(
+                *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+                stdin=asyncio.subprocess.DEVNULL, env=self.environment(), start_new_session=True,
+            )
+        except OSError as exc:
+            self._set_state(EngineState.FAILED, str(exc))
+            raise EngineStartError(f"cannot run the engine's Python {self.engine.python}: {exc}") from None
+        self._reader = asyncio.create_task(self._read_log(), name=f"engine-log-{self.port}")
+        try:
+            await self._wait_healthy(t0, say)
+        except BaseException:
+            await self.stop()
+            self._set_state(EngineState.FAILED, "start failed")
+            raise
+        self.started_s = time.monotonic() - t0
+        self._set_state(EngineState.READY, f"ready in {self.started_s:.1f} s")
+        say(f"engine ready in {self.started_s:.1f} s at {self.endpoint.base_url}")
+        return self.endpoint
+
+    async def stop(self) -> None:
+        proc = self._proc
+        if proc is None:
+            self._set_state(EngineState.STOPPED, "")
+            return
+        self._set_state(EngineState.STOPPING, "")
+        if proc.returncode is None:
+            await self._terminate_group(proc, self.settings.engine.stop_grace_s)
+        if self._reader is not None:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(self._reader, timeout=5)
+            self._reader = None
+        if self._log_file is not None:
+            self._log_file.close()
+            self._log_file = None
+        self._proc = None
+        self._set_state(EngineState.STOPPED, "")
+
+    async def restart(self, progress: Callable[[str], None] | None = None) -> Endpoint:
+        await self.stop()
+        return await self.start(progress)
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.returncode is None
+
+    # ----- internals -----
+    def _validate(self, argv: list[str]) -> None:
+        serve_at = argv.index("serve")
+        validate_args(self.engine, argv[serve_at + 2:], self.settings.cache_dir)
+
+    def _set_state(self, state: EngineState, detail: str) -> None:
+        if state is self.state and not detail:
+            return
+        self.state = state
+        log.info("engine %s %s", state.value, detail)
+        self.state_changed.emit(state, detail)
+
+    async def _read_log(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        stream = self._proc.stdout
+        while True:
+            raw = await stream.readline()
+            if not raw:
+                break
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            if self._api_key and self._api_key in line:
+                line = line.replace(self._api_key, "***")
+            self.log_tail.append(line)
+            if self._log_file is not None:
+                self._log_file.write(line + "\n")
+                self._log_file.flush()
+            self.log_line.emit(line)
+
+    def _last_lines(self, n: int = 15) -> str:
+        lines = [ln for ln in self.log_tail if ln.strip()][-n:]
+        return "\n".join("    " + ln[-200:] for ln in lines)
+
+    def _diagnose_exit(self, code: int | None) -> str:
+        text = "\n".join(self.log_tail).lower()
+        if code in (-9, 137) or "out of memory" in text or "cannot allocate memory" in text:
+            return "the engine ran out of memory (lower engine.kv_cache_gib or close other programs)"
+        if "address already in use" in text:
+            return f"port {self.port} is already in use"
+        if "no such file or directory" in text and "config.json" in text:
+            return "the model directory is missing files"
+        if "modulenotfounderror" in text or "no module named" in text:
+            return "the engine environment is incomplete (run `workstation engine setup --force`)"
+        return f"the engine exited with code {code} during start-up"
+
+    async def _wait_healthy(self, t0: float, say: Callable[[str], None]) -> None:
+        assert self._proc is not None
+        url = f"http://{self.settings.engine.host}:{self.port}/health"
+        deadline = t0 + self.settings.engine.start_timeout_s
+        last_note = t0
+        async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:
+            while True:
+                if self._proc.returncode is not None:
+                    await asyncio.sleep(0.2)  # let the reader drain the last lines
+                    raise EngineStartError(
+                        f"{self._diagnose_exit(self._proc.returncode)}; last log lines:\n{self._last_lines()}",
+                        hint=f"full log: {self.log_path}",
+                    )
+                with contextlib.suppress(httpx.HTTPError):
+                    if (await http.get(url)).status_code == 200:
+                        return
+                now = time.monotonic()
+                if now > deadline:
+                    raise EngineStartError(
+                        f"the engine did not become healthy within {self.settings.engine.start_timeout_s:.0f} s; "
+                        f"last log lines:\n{self._last_lines()}",
+                        hint=f"full log: {self.log_path}",
+                    )
+                if now - last_note > 10:
+                    last_note = now
+                    tail = self.log_tail[-1][-100:] if self.log_tail else ""
+                    say(f"  … {now - t0:.0f} s: {tail}")
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self._proc.wait(), timeout=0.5)
+
+    @staticmethod
+    async def _terminate_group(proc: asyncio.subprocess.Process, grace_s: float) -> None:
+        """SIGTERM the process group, SIGKILL it after the grace period, then make sure
+        no descendant outlives it (the main pid is reaped by asyncio, the rest polled)."""
+        try:
+            pgid = os.getpgid(proc.pid)
+            descendants = psutil.Process(proc.pid).children(recursive=True)
+        except (ProcessLookupError, psutil.Error):
+            pgid, descendants = None, []
+        if pgid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=grace_s)
+        except asyncio.TimeoutError:
+            if pgid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pgid, signal.SIGKILL)
+            await proc.wait()
+        _, alive = await asyncio.to_thread(psutil.wait_procs, descendants, grace_s)
+        for leftover in alive:
+            with contextlib.suppress(psutil.Error):
+                leftover.kill()

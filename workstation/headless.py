@@ -1,0 +1,96 @@
+"""Headless runs (no visible window): what ``workstation demo --headless`` does.
+
+Starts the engine (or uses ``--endpoint``), streams a real answer to the terminal and
+prints a summary: time to first token and tokens per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import time
+
+from workstation.config import load_settings
+from workstation.engine.acquire import engine_endpoint
+from workstation.engine.chat_client import ChatClient
+from workstation.engine.http import make_http_client
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+async def _stream_one(client: ChatClient, prompt: str, max_tokens: int, echo: bool) -> dict:
+    t0 = time.monotonic()
+    first: float | None = None
+    pieces: list[str] = []
+    usage = None
+    async for delta in client.stream_chat(
+        [{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0.0
+    ):
+        if delta.content:
+            if first is None:
+                first = time.monotonic() - t0
+            pieces.append(delta.content)
+            if echo:
+                sys.stdout.write(delta.content)
+                sys.stdout.flush()
+        usage = delta.usage or usage
+    elapsed = time.monotonic() - t0
+    tokens = usage.completion_tokens if usage else len(pieces)
+    gen_s = max(elapsed - (first or 0.0), 1e-9)
+    return {
+        "ttft_s": round(first or elapsed, 3),
+        "tokens": tokens,
+        "elapsed_s": round(elapsed, 3),
+        "tok_s": round(tokens / gen_s, 1) if tokens > 1 else 0.0,
+        "text": "".join(pieces),
+    }
+
+
+async def _demo(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, main_task.cancel)
+    async with engine_endpoint(
+        settings, url=args.endpoint, api_key=args.api_key, model=args.model, progress=_say
+    ) as endpoint:
+        async with make_http_client() as http:
+            client = ChatClient(http, endpoint)
+            n = max(1, args.sessions)
+            _say(f"asking {endpoint.model} ({n} session{'s' if n > 1 else ''}): {args.prompt}")
+            print("", flush=True)
+            results = await asyncio.gather(
+                *(_stream_one(client, args.prompt, args.max_tokens, echo=(i == 0)) for i in range(n))
+            )
+            print("\n", flush=True)
+    total_tokens = sum(r["tokens"] for r in results)
+    wall = max(r["elapsed_s"] for r in results)
+    summary = {
+        "model": endpoint.model,
+        "sessions": len(results),
+        "ttft_s": results[0]["ttft_s"],
+        "tokens": total_tokens,
+        "tok_s": results[0]["tok_s"],
+        "aggregate_tok_s": round(total_tokens / wall, 1) if wall else 0.0,
+    }
+    _say(
+        f"summary: {summary['sessions']} session(s), time to first token {summary['ttft_s']:.2f} s, "
+        f"{summary['tokens']} tokens, {summary['tok_s']:.1f} tok/s per stream, "
+        f"{summary['aggregate_tok_s']:.1f} tok/s aggregate"
+    )
+    print(json.dumps(summary), flush=True)
+    return 0 if total_tokens > 0 else 1
+
+
+def run_headless_demo(args: argparse.Namespace) -> int:
+    try:
+        return asyncio.run(_demo(args))
+    except asyncio.CancelledError:
+        _say("interrupted; engine stopped")
+        return 130
