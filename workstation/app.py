@@ -1,0 +1,281 @@
+"""The composition root: builds every service in order, runs the Qt + asyncio loop
+(qasync), and shuts down in stages.
+
+Start-up: settings → logging (done by the CLI) → Qt application and its message
+handler → the shared HTTP client → the engine (managed launcher, or the external
+endpoint from ``settings.engine.external_url``) → telemetry → sessions → window.
+
+Shutdown (window close, Ctrl-C, SIGTERM alike): stop accepting work → cancel the
+agents → stop the engine → close the HTTP client → close the window.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+from typing import Any
+
+from workstation.config import Settings, load_settings
+from workstation.core.errors import UserError
+
+log = logging.getLogger("workstation.app")
+qt_log = logging.getLogger("workstation.qt")
+
+FIRST_PROMPT = "Write a short Python function that reverses a string, then explain it in two sentences."
+
+
+def _qt_message_handler(mode: Any, context: Any, message: str) -> None:
+    from PySide6.QtCore import QtMsgType
+
+    level = {
+        QtMsgType.QtDebugMsg: logging.DEBUG,
+        QtMsgType.QtInfoMsg: logging.INFO,
+        QtMsgType.QtWarningMsg: logging.WARNING,
+        QtMsgType.QtCriticalMsg: logging.ERROR,
+        QtMsgType.QtFatalMsg: logging.CRITICAL,
+    }.get(mode, logging.WARNING)
+    if "propagateSizeHints" in message:  # the offscreen platform says this for every window
+        level = logging.DEBUG
+    where = f" ({context.file}:{context.line})" if context is not None and context.file else ""
+    qt_log.log(level, "%s%s", message, where)
+
+
+def install_qt_logging() -> None:
+    from PySide6.QtCore import qInstallMessageHandler
+
+    qInstallMessageHandler(_qt_message_handler)
+
+
+class SignalWakeup:
+    """Ctrl-C and SIGTERM while Qt sits in C++: the signal writes to a socket
+    (``signal.set_wakeup_fd``) that a ``QSocketNotifier`` watches, so the loop wakes and
+    the shutdown runs as Python code on the GUI thread."""
+
+    def __init__(self, on_signal: Any) -> None:
+        from PySide6.QtCore import QSocketNotifier
+
+        self._rsock, self._wsock = socket.socketpair()
+        self._rsock.setblocking(False)
+        self._wsock.setblocking(False)
+        self._old_fd = signal.set_wakeup_fd(self._wsock.fileno())
+        self._old_handlers = {
+            sig: signal.signal(sig, lambda *_: None) for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        self._on_signal = on_signal
+        self.notifier = QSocketNotifier(self._rsock.fileno(), QSocketNotifier.Type.Read)
+        self.notifier.activated.connect(self._readable)
+
+    def _readable(self, *_: Any) -> None:
+        with contextlib.suppress(BlockingIOError, InterruptedError):
+            data = self._rsock.recv(64)
+            for signum in data:
+                self._on_signal(signum)
+
+    def close(self) -> None:
+        self.notifier.setEnabled(False)
+        signal.set_wakeup_fd(self._old_fd)
+        for sig, handler in self._old_handlers.items():
+            signal.signal(sig, handler)
+        self._rsock.close()
+        self._wsock.close()
+
+
+class Application:
+    """Owns every service for one run of the window."""
+
+    def __init__(self, settings: Settings, *, first_prompt: str | None = FIRST_PROMPT) -> None:
+        self.settings = settings
+        self.first_prompt = first_prompt
+        self.exit_code = 0
+        self.http = None
+        self.engine = None
+        self.sessions = None
+        self.window = None
+        self.telemetry = None
+        self._shutdown = asyncio.Event()
+        self._accepting = True
+        self._engine_task: asyncio.Task[None] | None = None
+
+    def request_shutdown(self, reason: str = "") -> None:
+        if not self._shutdown.is_set():
+            log.info("shutdown requested %s", reason)
+            self._shutdown.set()
+
+    # ----- start-up -----
+    async def _build_engine(self) -> None:
+        from workstation.core.profiles import PRESETS
+        from workstation.ui.engine_adapter import EngineAdapter
+
+        engine_settings = self.settings.engine
+        if engine_settings.external_url:
+            from workstation.engine.acquire import external_endpoint
+
+            endpoint = await external_endpoint(
+                engine_settings.external_url, engine_settings.external_api_key or "",
+                engine_settings.external_model,
+            )
+            self.engine = EngineAdapter(external=endpoint)
+            return
+        from workstation.engine.environment import find_engine
+        from workstation.engine.launcher import EngineLauncher
+        from workstation.engine.models import resolve_model
+
+        install = find_engine(self.settings)
+        if install is None:
+            raise UserError(
+                "the engine is not set up",
+                hint="run `workstation engine setup`, or set engine.external_url to use a running server",
+            )
+        spec = resolve_model(self.settings, engine_settings.model)
+        launcher = EngineLauncher(self.settings, install, spec, log_dir=self.settings.logs_dir,
+                                  profile=engine_settings.profile)
+        self.engine = EngineAdapter(launcher=launcher, profiles=tuple(PRESETS))
+
+    def _build_window(self) -> None:
+        from workstation.ui.chat_backend import ChatSessions
+        from workstation.ui.main_window import MainWindow
+
+        self.window = MainWindow(self.settings, engine=self.engine)
+        self.sessions = ChatSessions(self.window, None)
+        self.window.commands = self.sessions
+        self.window.close_requested.connect(lambda: self.request_shutdown("(window closed)"))
+        self.window.new_session_requested.connect(self._open_new_session)
+        self.window.settings_requested.connect(self._open_settings)
+        self.window.engine_dock.set_log(self.engine.log_tail())
+        self.engine.view_changed.connect(self.window.set_engine_view)
+        self.engine.log_line.connect(self.window.engine_log_line)
+        self.engine.endpoint_changed.connect(self._on_endpoint)
+        self.window.resize(1600, 960)
+        self.window.show()
+
+    def _on_endpoint(self, endpoint: Any) -> None:
+        from workstation.engine.chat_client import ChatClient
+
+        client = ChatClient(self.http, endpoint) if endpoint is not None else None
+        self.sessions.set_client(client)
+        if client is not None and self._accepting:
+            asyncio.get_event_loop().call_soon(self._after_engine_ready)
+
+    def _after_engine_ready(self) -> None:
+        if not self.window.panes and self.first_prompt:
+            self.sessions.add("first answer", self.first_prompt, repo="engine check")
+        else:
+            self.window.tasks.spawn(self.sessions.start_all(), "resume-after-engine")
+
+    async def _start_engine(self) -> None:
+        if self.engine.external is not None:
+            self._on_endpoint(self.engine.external)
+            return
+        try:
+            await self.engine.start()
+        except UserError as exc:
+            self.window.engine_dock.show()
+            self.window.show_error(f"engine: {str(exc).splitlines()[0]}")
+
+    # ----- dialogs -----
+    def _open_new_session(self, repo_path: str = "") -> None:
+        from workstation.ui.dialogs.new_session import NewSessionDialog
+
+        dialog = NewSessionDialog(self.window, self.sessions, repo_path=repo_path)
+        dialog.submitted.connect(
+            lambda req: self.window.tasks.spawn(self.sessions.create_sessions(req), "create-sessions")
+        )
+        dialog.open()
+
+    def _open_settings(self) -> None:
+        from workstation.ui.dialogs.settings_dialog import SettingsDialog
+
+        dialog = SettingsDialog(self.settings, self.window)
+        dialog.open()
+
+    # ----- the run -----
+    async def run(self) -> int:
+        from workstation.engine.http import make_http_client
+
+        self.http = make_http_client()
+        try:
+            await self._build_engine()
+            self._build_window()
+            self._engine_task = asyncio.get_event_loop().create_task(
+                self._start_engine(), name="app:engine-start"
+            )
+            await self._shutdown.wait()
+        finally:
+            await self.shutdown()
+        return self.exit_code
+
+    async def shutdown(self) -> None:
+        """Stop accepting work → cancel agents → stop the engine → close the client."""
+        self._accepting = False
+        if self.window is not None:
+            for action in (self.window.new_action, self.window.start_all_action):
+                action.setEnabled(False)
+        if self._engine_task is not None and not self._engine_task.done():
+            self._engine_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._engine_task
+        if self.sessions is not None:
+            await self.sessions.aclose()
+        if self.window is not None:
+            await self.window.tasks.aclose()
+        if self.engine is not None:
+            with contextlib.suppress(Exception):
+                await self.engine.stop()
+        if self.http is not None:
+            await self.http.aclose()
+        if self.window is not None:
+            self.window.allow_close()
+            self.window.close()
+
+
+def install_asyncgen_hooks(loop: asyncio.AbstractEventLoop) -> None:
+    """qasync 0.28 does not install asyncio's async-generator hooks, so an httpx stream
+    generator collected mid-iteration is closed synchronously ("async generator ignored
+    GeneratorExit"). Install the loop's own hooks, as ``BaseEventLoop.run_forever`` does."""
+    sys.set_asyncgen_hooks(
+        firstiter=loop._asyncgen_firstiter_hook,  # type: ignore[attr-defined]
+        finalizer=loop._asyncgen_finalizer_hook,  # type: ignore[attr-defined]
+    )
+
+
+def make_event_loop(app: Any) -> asyncio.AbstractEventLoop:
+    """The qasync loop on the Qt application, set as the current loop, with the hooks."""
+    import qasync
+
+    loop = qasync.QEventLoop(app)
+    asyncio.set_event_loop(loop)
+    install_asyncgen_hooks(loop)
+    return loop
+
+
+def run_gui(args: argparse.Namespace | None = None) -> int:
+    """Open the window; returns the exit status."""
+    from PySide6.QtWidgets import QApplication
+
+    from workstation.ui.theme import apply_theme
+
+    settings = load_settings()
+    install_qt_logging()
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app.setApplicationName("workstation")
+    app.setOrganizationName("workstation")
+    app.setDesktopFileName("org.workstation.Workstation")
+    apply_theme(app, settings.ui.theme)
+    loop = make_event_loop(app)
+    application = Application(settings)
+    wakeup = SignalWakeup(lambda signum: application.request_shutdown(f"(signal {signum})"))
+    app.aboutToQuit.connect(lambda: application.request_shutdown("(application quit)"))
+    try:
+        with loop:
+            code = loop.run_until_complete(application.run())
+            loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        wakeup.close()
+    log.info("window closed (exit %s, pid %s)", code, os.getpid())
+    return code

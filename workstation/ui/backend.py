@@ -1,0 +1,65 @@
+"""What the window asks of the services, as protocols: the window calls these, and
+redraws from events only (commands return; views redraw when events arrive).
+
+:mod:`workstation.ui.fleet_backend` implements :class:`SessionCommands` over the fleet;
+:mod:`workstation.ui.chat_backend` over a plain streamed chat (the first version, and
+the benchmark's token source).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class NewSessionRequest:
+    """What the new-session dialog collects."""
+
+    task: str
+    repo_path: str = ""
+    """A local repository folder (empty when cloning)."""
+    clone_url: str = ""
+    base_branch: str = ""
+    mode: str = "act"
+    """``plan`` or ``act``."""
+    auto_approve: str = "ask"
+    """``ask`` (every action waits), ``edits`` (file edits run, commands ask) or ``all``."""
+    copies: int = 1
+    endpoint_name: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EngineView:
+    """What the engine dock and toolbar show."""
+
+    state: str
+    """``stopped``, ``starting``, ``ready``, ``stopping``, ``failed``, ``external``."""
+    model: str = ""
+    profile: str = ""
+    detail: str = ""
+    managed: bool = True
+    profiles: tuple[str, ...] = field(default_factory=tuple)
+
+
+class SessionCommands(Protocol):
+    async def create_sessions(self, request: NewSessionRequest) -> None: ...
+    async def start_all(self) -> None: ...
+    async def pause_all(self) -> None: ...
+    async def toggle_pause(self, session_id: str) -> None: ...
+    async def approve(self, session_id: str, edited_arguments: str | None = None) -> None: ...
+    async def deny(self, session_id: str, feedback: str) -> None: ...
+    async def follow_up(self, session_id: str, text: str) -> None: ...
+    async def diff(self, session_id: str) -> str: ...
+    async def integrate(self, session_id: str, action: str) -> None: ...
+    def endpoint_names(self) -> list[str]: ...
+    def recent_repositories(self) -> list[str]: ...
+
+
+class EngineControl(Protocol):
+    def view(self) -> EngineView: ...
+    def log_tail(self) -> list[str]: ...
+    async def start(self, profile: str | None = None) -> None: ...
+    async def stop(self) -> None: ...
+    async def restart(self, profile: str | None = None) -> None: ...

@@ -1,0 +1,222 @@
+"""New session: repository (recent, folder picker, or clone URL), base branch, task,
+Plan/Act, auto-approve policy, copies, endpoint. Validated inline while typing; the
+Create button stays disabled until everything is right. Opened with ``open()``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QRadioButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from workstation.ui import theme
+from workstation.ui.backend import NewSessionRequest
+from workstation.ui.icons_fallback import safe_icon
+
+CLONE_URL = re.compile(r"^(https?://|ssh://|git://|file://|git@[^:]+:)\S+$")
+BAD_REF = re.compile(r"(\s|\.\.|[~^:?*\[\\]|@\{|^-|/$|\.lock$|^/|//)")
+MAX_COPIES = 64
+
+AUTO_APPROVE = (
+    ("ask", "Ask before every action"),
+    ("edits", "Run file edits, ask before commands"),
+    ("all", "Run everything (inside the session's limits)"),
+)
+
+
+def validate_repository(path_text: str, clone_url: str) -> str:
+    """Plain-words problem with the repository fields, or ``""``."""
+    path_text = path_text.strip()
+    clone_url = clone_url.strip()
+    if path_text and clone_url:
+        return "Choose a folder or a clone URL, not both."
+    if clone_url:
+        if not CLONE_URL.match(clone_url):
+            return "A clone URL starts with https://, ssh://, git://, file:// or git@host:"
+        return ""
+    if not path_text:
+        return "Choose a repository folder, or give a URL to clone."
+    path = Path(path_text).expanduser()
+    if not path.exists():
+        return "This folder does not exist."
+    if not path.is_dir():
+        return "This is a file, not a folder."
+    if not (path / ".git").exists():
+        return "This folder is not a git repository (no .git inside)."
+    return ""
+
+
+def validate_branch(name: str) -> str:
+    name = name.strip()
+    if not name:
+        return ""  # the repository's current branch
+    if BAD_REF.search(name):
+        return "Not a valid branch name (no spaces, '..', '~', '^', ':' or a trailing '/')."
+    return ""
+
+
+def validate_task(task: str) -> str:
+    return "" if task.strip() else "Say what the agent should do."
+
+
+class NewSessionDialog(QDialog):
+    submitted = Signal(object)
+    """A :class:`NewSessionRequest`."""
+
+    def __init__(self, parent: QWidget | None, commands: Any = None, *, repo_path: str = "") -> None:
+        super().__init__(parent)
+        self.setWindowTitle("New session")
+        self.setModal(True)
+        self.setMinimumWidth(560)
+        recent = list(commands.recent_repositories()) if commands is not None else []
+        endpoints = list(commands.endpoint_names()) if commands is not None else []
+        form = QFormLayout()
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.ExpandingFieldsGrow)
+
+        self.repo = QComboBox()
+        self.repo.setEditable(True)
+        self.repo.addItems(recent)
+        self.repo.setCurrentText(repo_path)
+        self.repo.lineEdit().setPlaceholderText("A local git repository")
+        browse = QPushButton(safe_icon("folder"), "Browse…")
+        browse.clicked.connect(self._browse)
+        repo_row = QHBoxLayout()
+        repo_row.addWidget(self.repo, 1)
+        repo_row.addWidget(browse)
+        form.addRow("Repository", repo_row)
+        self.clone_url = QLineEdit()
+        self.clone_url.setPlaceholderText("…or a URL to clone (https://, ssh://, git@host:)")
+        form.addRow("Clone URL", self.clone_url)
+        self.repo_error = self._error_label()
+        form.addRow("", self.repo_error)
+
+        self.base_branch = QLineEdit()
+        self.base_branch.setPlaceholderText("the repository's current branch")
+        form.addRow("Base branch", self.base_branch)
+        self.branch_error = self._error_label()
+        form.addRow("", self.branch_error)
+
+        self.task = QPlainTextEdit()
+        self.task.setPlaceholderText("What should the agent do? e.g. “Fix the flaky test in tests/test_io.py”")
+        self.task.setFixedHeight(96)
+        form.addRow("Task", self.task)
+        self.task_error = self._error_label()
+        form.addRow("", self.task_error)
+
+        mode_row = QHBoxLayout()
+        self.plan = QRadioButton("Plan (read, propose)")
+        self.act = QRadioButton("Act (edit, run)")
+        self.act.setChecked(True)
+        group = QButtonGroup(self)
+        group.addButton(self.plan)
+        group.addButton(self.act)
+        mode_row.addWidget(self.plan)
+        mode_row.addWidget(self.act)
+        mode_row.addStretch(1)
+        form.addRow("Mode", mode_row)
+
+        self.auto_approve = QComboBox()
+        for key, label in AUTO_APPROVE:
+            self.auto_approve.addItem(label, key)
+        form.addRow("Approvals", self.auto_approve)
+
+        self.copies = QSpinBox()
+        self.copies.setRange(1, MAX_COPIES)
+        self.copies.setToolTip("Several sessions on the same task, each in its own worktree")
+        form.addRow("Copies", self.copies)
+
+        self.endpoint = QComboBox()
+        self.endpoint.addItems(endpoints or ["default"])
+        form.addRow("Endpoint", self.endpoint)
+
+        self.name = QLineEdit()
+        self.name.setPlaceholderText("from the task")
+        form.addRow("Name", self.name)
+
+        self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
+        self.create_button = self.buttons.addButton("Create", QDialogButtonBox.ButtonRole.AcceptRole)
+        self.create_button.setDefault(True)
+        self.buttons.accepted.connect(self._submit)
+        self.buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.buttons)
+
+        for signal in (self.repo.currentTextChanged, self.clone_url.textChanged, self.base_branch.textChanged,
+                       self.task.textChanged):
+            signal.connect(self.validate)
+        self._touched: set[str] = set()
+        self.repo.currentTextChanged.connect(lambda _t: self._touched.add("repo"))
+        self.clone_url.textChanged.connect(lambda _t: self._touched.add("repo"))
+        self.task.textChanged.connect(lambda: self._touched.add("task"))
+        if repo_path:
+            self._touched.add("repo")
+        self.validate()
+
+    def _error_label(self) -> QLabel:
+        label = QLabel("")
+        label.setWordWrap(True)
+        label.setStyleSheet(f"color: {theme.RED.name()};")
+        label.setTextFormat(Qt.TextFormat.PlainText)
+        label.hide()
+        return label
+
+    def _show(self, label: QLabel, message: str, touched: bool) -> None:
+        label.setText(message)
+        label.setVisible(bool(message) and touched)
+
+    def validate(self) -> bool:
+        repo_problem = validate_repository(self.repo.currentText(), self.clone_url.text())
+        branch_problem = validate_branch(self.base_branch.text())
+        task_problem = validate_task(self.task.toPlainText())
+        self._show(self.repo_error, repo_problem, "repo" in self._touched if hasattr(self, "_touched") else False)
+        self._show(self.branch_error, branch_problem, True)
+        self._show(self.task_error, task_problem, "task" in self._touched if hasattr(self, "_touched") else False)
+        ok = not (repo_problem or branch_problem or task_problem)
+        self.create_button.setEnabled(ok)
+        return ok
+
+    def _browse(self) -> None:
+        dialog = QFileDialog(self, "Repository folder")
+        dialog.setFileMode(QFileDialog.FileMode.Directory)
+        dialog.setOption(QFileDialog.Option.ShowDirsOnly, True)
+        dialog.fileSelected.connect(self.repo.setCurrentText)
+        dialog.open()
+
+    def request(self) -> NewSessionRequest:
+        return NewSessionRequest(
+            task=self.task.toPlainText().strip(),
+            repo_path=str(Path(self.repo.currentText().strip()).expanduser()) if self.repo.currentText().strip() else "",
+            clone_url=self.clone_url.text().strip(),
+            base_branch=self.base_branch.text().strip(),
+            mode="plan" if self.plan.isChecked() else "act",
+            auto_approve=self.auto_approve.currentData(),
+            copies=self.copies.value(),
+            endpoint_name=self.endpoint.currentText(),
+            name=self.name.text().strip(),
+        )
+
+    def _submit(self) -> None:
+        self._touched.update({"repo", "task"})
+        if not self.validate():
+            return
+        self.submitted.emit(self.request())
+        self.accept()

@@ -1,0 +1,513 @@
+"""The main window: toolbar, meter strip, tile grid / focus view, status bar, docks.
+
+Services never touch widgets: the bridge (fleet events) or a backend calls the
+``*_session`` methods here; token text goes straight into each pane's document and
+reaches the screen on one flush tick (``settings.ui.flush_hz``), which repaints only
+the panes that are visible and changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
+from PySide6.QtWidgets import (
+    QLabel,
+    QMainWindow,
+    QMenu,
+    QSizePolicy,
+    QStackedWidget,
+    QToolBar,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from workstation.config import Settings
+from workstation.core.session_state import SessionState
+from workstation.ui.attention import Attention
+from workstation.ui.backend import EngineControl, EngineView, SessionCommands
+from workstation.ui.engine_dock import STATE_WORDS, EngineDock
+from workstation.ui.icons_fallback import safe_icon
+from workstation.ui.panes.focus_view import FocusView
+from workstation.ui.panes.session_pane import PaneInfo, SessionPane
+from workstation.ui.panes.tile_grid import TileGrid
+from workstation.ui.panes.transcript_doc import TranscriptDoc
+from workstation.ui.tasks import TaskOwner
+
+log = logging.getLogger(__name__)
+
+PER_PAGE_CHOICES = (4, 9, 16, 32, 64)
+STATS_INTERVAL_MS = 1000
+
+
+class MainWindow(QMainWindow):
+    close_requested = Signal()
+    """The user closed the window: the app runs its staged shutdown."""
+    new_session_requested = Signal(str)
+    """Open the new-session dialog (optional repository path pre-filled)."""
+    settings_requested = Signal()
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        commands: SessionCommands | None = None,
+        engine: EngineControl | None = None,
+    ) -> None:
+        super().__init__()
+        self.settings = settings
+        self.commands = commands
+        self.engine = engine
+        self.tasks = TaskOwner("window", on_error=self.show_error)
+        self.panes: dict[str, SessionPane] = {}
+        self._closing = False
+        self._allow_close = False
+        self.setWindowTitle("workstation")
+        self.setWindowIcon(safe_icon_app())
+        self.setObjectName("main-window")
+        self._qsettings = QSettings(str(settings.data_dir / "window.ini"), QSettings.Format.IniFormat)
+
+        # ----- central: meter strip over a stack of grid / focus view -----
+        central = QWidget()
+        column = QVBoxLayout(central)
+        column.setContentsMargins(4, 2, 4, 2)
+        column.setSpacing(3)
+        self.meter_strip_host = QVBoxLayout()
+        self.meter_strip_host.setContentsMargins(0, 0, 0, 0)
+        column.addLayout(self.meter_strip_host)
+        self.stack = QStackedWidget()
+        per_page = int(self._qsettings.value("grid/per_page", 32))
+        self.grid = TileGrid(max_per_page=per_page)
+        self.focus = FocusView()
+        self.stack.addWidget(self.grid)
+        self.stack.addWidget(self.focus)
+        column.addWidget(self.stack, 1)
+        self.setCentralWidget(central)
+
+        self.attention = Attention(self)
+        self._build_toolbar()
+        self._build_status_bar()
+        self.engine_dock = EngineDock(self)
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.engine_dock)
+        self.engine_dock.hide()
+        self.meters_dock = None
+        self._build_shortcuts()
+        self._wire()
+
+        self.flush_timer = QTimer(self)
+        self.flush_timer.setTimerType(Qt.TimerType.CoarseTimer)
+        self.flush_timer.setInterval(max(10, round(1000 / max(1.0, settings.ui.flush_hz))))
+        self.flush_timer.timeout.connect(self.flush)
+        self.flush_timer.start()
+        self.stats_timer = QTimer(self)
+        self.stats_timer.setInterval(STATS_INTERVAL_MS)
+        self.stats_timer.timeout.connect(self._on_stats_tick)
+        self.stats_timer.start()
+        self._restore()
+        self.set_engine_view(engine.view() if engine else EngineView(state="stopped", managed=False))
+        self._update_counts()
+
+    # ----- construction -----
+    def _build_toolbar(self) -> None:
+        bar = QToolBar("Main")
+        bar.setObjectName("main-toolbar")
+        bar.setMovable(False)
+        bar.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.toolbar = bar
+        self.addToolBar(Qt.ToolBarArea.TopToolBarArea, bar)
+        self.new_action = QAction(safe_icon("new"), "New", self)
+        self.new_action.setToolTip("New session (Ctrl+N)")
+        self.start_all_action = QAction(safe_icon("start"), "Start all", self)
+        self.pause_all_action = QAction(safe_icon("pause"), "Pause all", self)
+        self.approve_all_action = QAction(safe_icon("approve"), "Approve", self)
+        self.approve_all_action.setToolTip("Approve every pending request (Ctrl+Shift+A)")
+        self.layout_action = QAction(safe_icon("layout"), "Layout", self)
+        for action in (self.new_action, self.start_all_action, self.pause_all_action, self.approve_all_action):
+            bar.addAction(action)
+        layout_menu = QMenu(self)
+        self.per_page_actions: dict[int, QAction] = {}
+        for n in PER_PAGE_CHOICES:
+            act = layout_menu.addAction(f"Up to {n} panes per page")
+            act.setCheckable(True)
+            act.setChecked(n == self.grid.max_per_page)
+            act.triggered.connect(lambda _=False, k=n: self.set_per_page(k))
+            self.per_page_actions[n] = act
+        layout_menu.addSeparator()
+        self.engine_dock_action = layout_menu.addAction("Engine dock")
+        self.meters_dock_action = layout_menu.addAction("Meters dock")
+        self.meters_dock_action.setEnabled(False)
+        self.layout_action.setMenu(layout_menu)
+        bar.addAction(self.layout_action)
+        button = bar.widgetForAction(self.layout_action)
+        if isinstance(button, QToolButton):
+            button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        self.record_slot = bar.addSeparator()
+        """The recorder inserts its action before this separator (``install_record_action``)."""
+        self.record_action: QAction | None = None
+        spacer = QWidget()
+        spacer.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        bar.addWidget(spacer)
+        self.settings_action = QAction(safe_icon("settings"), "Settings", self)
+        self.settings_action.setToolTip("Settings (Ctrl+,)")
+        bar.addAction(self.settings_action)
+        self.engine_label = QLabel("Engine: —")
+        self.engine_label.setContentsMargins(8, 0, 6, 0)
+        self.engine_button = QToolButton()
+        self.engine_button.setAutoRaise(True)
+        self.engine_button.setIcon(safe_icon("engine"))
+        self.engine_button.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.engine_button.setToolTip("Show the engine dock")
+        bar.addWidget(self.engine_button)
+
+    def _build_status_bar(self) -> None:
+        status = self.statusBar()
+        self.summary_label = QLabel()
+        self.page_label = QLabel()
+        self.engine_status = QLabel()
+        status.addWidget(self.summary_label, 1)
+        status.addPermanentWidget(self.page_label)
+        status.addPermanentWidget(self.engine_status)
+
+    def _build_shortcuts(self) -> None:
+        def key(seq: str | QKeySequence, slot: Callable[[], None]) -> QShortcut:
+            sc = QShortcut(QKeySequence(seq), self)
+            sc.setContext(Qt.ShortcutContext.WindowShortcut)
+            sc.activated.connect(slot)
+            return sc
+
+        self.new_action.setShortcut(QKeySequence("Ctrl+N"))
+        self.addAction(self.new_action)
+        self.approve_all_action.setShortcut(QKeySequence("Ctrl+Shift+A"))
+        self.addAction(self.approve_all_action)
+        self.settings_action.setShortcut(QKeySequence("Ctrl+,"))
+        self.addAction(self.settings_action)
+        key("Ctrl+Return", self.approve_focused)
+        key("Ctrl+Enter", self.approve_focused)
+        key("Ctrl+P", self.pause_focused)
+        key("F11", self.toggle_full_screen)
+        key("Escape", self.show_grid)
+
+    def _wire(self) -> None:
+        self.new_action.triggered.connect(lambda: self.new_session_requested.emit(""))
+        self.grid.repository_dropped.connect(self.new_session_requested)
+        self.start_all_action.triggered.connect(lambda: self._command("start-all", "start_all"))
+        self.pause_all_action.triggered.connect(lambda: self._command("pause-all", "pause_all"))
+        self.approve_all_action.triggered.connect(self.approve_all)
+        self.settings_action.triggered.connect(self.settings_requested)
+        self.engine_button.clicked.connect(self.toggle_engine_dock)
+        self.engine_dock_action.triggered.connect(self.toggle_engine_dock)
+        self.attention.waiting_changed.connect(lambda _n: self._update_counts())
+        self.attention.notified.connect(lambda _t, m: self.statusBar().showMessage(m, 8000))
+        self.grid.page_changed.connect(lambda _p, _n: self._update_page_label())
+        self.focus.back_requested.connect(self.show_grid)
+        self.focus.follow_up.connect(self._on_focus_follow_up)
+        self.focus.approval.approved.connect(lambda: self._approve_pane(self.focus.pane))
+        self.focus.approval.denied.connect(lambda text: self._deny_pane(self.focus.pane, text))
+        self.focus.approval.edited.connect(lambda args: self._approve_pane(self.focus.pane, args))
+        self.focus.diff.refresh_requested.connect(self.refresh_diff)
+        self.focus.diff.integrate_requested.connect(self._on_integrate)
+        self.engine_dock.start_requested.connect(lambda p: self._engine("start", p))
+        self.engine_dock.stop_requested.connect(lambda: self._engine("stop", None))
+        self.engine_dock.restart_requested.connect(lambda p: self._engine("restart", p))
+
+    # ----- sessions (called by the bridge / backends) -----
+    def add_session(self, info: PaneInfo) -> SessionPane:
+        existing = self.panes.get(info.session_id)
+        if existing is not None:
+            self.update_session(info)
+            return existing
+        doc = TranscriptDoc(max_lines=self.settings.ui.pane_max_blocks)
+        pane = SessionPane(info, doc)
+        self.panes[info.session_id] = pane
+        pane.activated.connect(lambda p=pane: self.show_focus(p))
+        pane.approve.connect(lambda p=pane: self._approve_pane(p))
+        pane.deny.connect(lambda text, p=pane: self._deny_pane(p, text))
+        pane.edit.connect(lambda args, p=pane: self._approve_pane(p, args))
+        self.grid.add_pane(pane)
+        self.attention.state_changed(info.session_id, info.name, None, info.state)
+        self._update_counts()
+        return pane
+
+    def update_session(self, info: PaneInfo, reason: str = "") -> None:
+        pane = self.panes.get(info.session_id)
+        if pane is None:
+            return
+        old = pane.info.state
+        pane.set_info(info)
+        if info.state is not old:
+            self.attention.state_changed(info.session_id, info.name, old, info.state, reason)
+            self._update_counts()
+            if self.focus.pane is pane:
+                self.focus.sync_approval()
+
+    def remove_session(self, session_id: str) -> None:
+        pane = self.panes.pop(session_id, None)
+        if pane is None:
+            return
+        if self.focus.pane is pane:
+            self.show_grid()
+        self.attention.forget(session_id)
+        self.grid.remove_pane(pane)
+        pane.deleteLater()
+        self._update_counts()
+
+    def doc(self, session_id: str) -> TranscriptDoc:
+        return self.panes[session_id].doc
+
+    def show_approval(self, session_id: str, title: str, summary: str, arguments: str) -> None:
+        pane = self.panes.get(session_id)
+        if pane is None:
+            return
+        pane.show_approval(title, summary, arguments)
+        if self.focus.pane is pane:
+            self.focus.sync_approval()
+
+    def clear_approval(self, session_id: str) -> None:
+        pane = self.panes.get(session_id)
+        if pane is not None:
+            pane.hide_approval()
+            if self.focus.pane is pane:
+                self.focus.sync_approval()
+
+    # ----- the tick -----
+    def flush(self) -> None:
+        """Move coalesced deltas into documents; repaint visible panes that changed."""
+        for pane in self.grid.panes:
+            pane.doc.flush()
+        if self.stack.currentWidget() is self.grid:
+            for pane in self.grid.visible_panes():
+                pane.view.refresh()
+        else:
+            self.focus.refresh()
+        self.engine_dock.flush()
+
+    def _on_stats_tick(self) -> None:
+        now = time.monotonic()
+        for pane in self.grid.panes:
+            pane.sample_rate(now)
+        self._update_counts()
+
+    # ----- views -----
+    def show_focus(self, pane: SessionPane) -> None:
+        self.grid.set_focus(self.grid.panes.index(pane))
+        self.focus.show_pane(pane)
+        self.stack.setCurrentWidget(self.focus)
+        self.refresh_diff()
+
+    def show_grid(self) -> None:
+        if self.stack.currentWidget() is self.focus:
+            self.focus.leave()
+            self.stack.setCurrentWidget(self.grid)
+        elif self.isFullScreen():
+            self.showNormal()
+        self.grid.setFocus()
+
+    @property
+    def in_focus_view(self) -> bool:
+        return self.stack.currentWidget() is self.focus
+
+    def toggle_full_screen(self) -> None:
+        self.showNormal() if self.isFullScreen() else self.showFullScreen()
+
+    def toggle_engine_dock(self) -> None:
+        self.engine_dock.setVisible(not self.engine_dock.isVisible())
+
+    def set_per_page(self, n: int) -> None:
+        for k, act in self.per_page_actions.items():
+            act.setChecked(k == n)
+        self.grid.max_per_page = n
+        self.grid.relayout()
+        self._qsettings.setValue("grid/per_page", n)
+        self._update_page_label()
+
+    def set_meter_strip(self, widget: QWidget) -> None:
+        self.meter_strip_host.addWidget(widget)
+
+    def set_meters_dock(self, dock) -> None:
+        self.meters_dock = dock
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
+        dock.hide()
+        self.meters_dock_action.setEnabled(True)
+        self.meters_dock_action.triggered.connect(lambda: dock.setVisible(not dock.isVisible()))
+        state = self._qsettings.value("window/state")
+        if state is not None:
+            self.restoreState(state)
+
+    def install_record_action(self, action: QAction) -> None:
+        """The recorder's button goes in its slot of the toolbar; Ctrl+R triggers it."""
+        self.record_action = action
+        self.toolbar.insertAction(self.record_slot, action)
+        if action.shortcut().isEmpty():
+            action.setShortcut(QKeySequence("Ctrl+R"))
+        self.addAction(action)
+
+    # ----- engine -----
+    def set_engine_view(self, view: EngineView) -> None:
+        words = STATE_WORDS.get(view.state, view.state)
+        text = f"{view.model} · {words}" if view.model else words
+        self.engine_button.setText(f"Engine: {text}")
+        colour = {"ready": "#2e9e44", "external": "#2e9e44", "failed": "#d0453b"}.get(view.state, "#e0a100")
+        if view.state == "stopped":
+            colour = "#8a8f98"
+        self.engine_button.setIcon(safe_icon("engine", colour))
+        self.engine_status.setText(f"Engine {words}")
+        self.engine_dock.set_view(view)
+
+    def engine_log_line(self, line: str) -> None:
+        self.engine_dock.add_log_line(line)
+
+    def _engine(self, verb: str, profile: str | None) -> None:
+        if self.engine is None:
+            return
+        if verb == "stop":
+            self.tasks.spawn(self.engine.stop(), "engine-stop")
+        else:
+            self.tasks.spawn(getattr(self.engine, verb)(profile or None), f"engine-{verb}")
+
+    # ----- commands -----
+    def _command(self, name: str, method: str, *args: object) -> None:
+        if self.commands is None:
+            self.show_error("no sessions service is running")
+            return
+        self.tasks.spawn(getattr(self.commands, method)(*args), name)
+
+    def approve_all(self) -> None:
+        for session_id in sorted(self.attention.waiting_ids()):
+            pane = self.panes.get(session_id)
+            if pane is not None and pane.info.state is SessionState.AWAITING_APPROVAL:
+                self._approve_pane(pane)
+
+    def approve_focused(self) -> None:
+        pane = self.focus.pane if self.in_focus_view else self.grid.focused_pane()
+        if pane is not None and pane.info.state is SessionState.AWAITING_APPROVAL:
+            self._approve_pane(pane)
+
+    def pause_focused(self) -> None:
+        pane = self.focus.pane if self.in_focus_view else self.grid.focused_pane()
+        if pane is not None:
+            self._command("toggle-pause", "toggle_pause", pane.info.session_id)
+
+    def _approve_pane(self, pane: SessionPane | None, edited: str | None = None) -> None:
+        if pane is None:
+            return
+        pane.hide_approval()
+        if self.focus.pane is pane:
+            self.focus.approval.hide()
+        self._command("approve", "approve", pane.info.session_id, edited)
+
+    def _deny_pane(self, pane: SessionPane | None, feedback: str) -> None:
+        if pane is None:
+            return
+        pane.hide_approval()
+        if self.focus.pane is pane:
+            self.focus.approval.hide()
+        self._command("deny", "deny", pane.info.session_id, feedback)
+
+    def _on_focus_follow_up(self, session_id: str, text: str) -> None:
+        self._command("follow-up", "follow_up", session_id, text)
+
+    def refresh_diff(self) -> None:
+        pane = self.focus.pane
+        if pane is None or self.commands is None:
+            return
+        session_id = pane.info.session_id
+
+        async def load() -> None:
+            text = await self.commands.diff(session_id)
+            if self.focus.pane is pane:
+                added = sum(1 for ln in text.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
+                removed = sum(1 for ln in text.splitlines() if ln.startswith("-") and not ln.startswith("---"))
+                self.focus.diff.set_diff(text, f"+{added} −{removed}" if text else "")
+
+        self.tasks.spawn(load(), "diff")
+
+    def _on_integrate(self, action: str) -> None:
+        pane = self.focus.pane
+        if pane is not None:
+            self._command(f"integrate-{action}", "integrate", pane.info.session_id, action)
+
+    # ----- status -----
+    def _update_counts(self) -> None:
+        states = [p.info.state for p in self.panes.values()]
+        total = len(states)
+        running = sum(1 for s in states if s is SessionState.RUNNING)
+        queued = sum(1 for s in states if s is SessionState.QUEUED)
+        waiting = self.attention.waiting
+        done = sum(1 for s in states if s is SessionState.DONE)
+        failed = sum(1 for s in states if s is SessionState.FAILED)
+        pending = sum(1 for s in states if s is SessionState.AWAITING_APPROVAL)
+        self.approve_all_action.setText(f"Approve ({pending})" if pending else "Approve")
+        self.approve_all_action.setEnabled(pending > 0)
+        parts = [f"{total} session{'s' if total != 1 else ''}"]
+        if running:
+            parts.append(f"{running} running")
+        if queued:
+            parts.append(f"{queued} queued")
+        if waiting:
+            parts.append(f"{waiting} need you")
+        if done:
+            parts.append(f"{done} done")
+        if failed:
+            parts.append(f"{failed} failed")
+        rate = sum(p.display_rate() for p in self.panes.values())
+        if rate >= 1:
+            parts.append(f"{rate:,.0f} tok/s")
+        text = " · ".join(parts)
+        if self.summary_label.text() != text:
+            self.summary_label.setText(text)
+        self._update_page_label()
+
+    def _update_page_label(self) -> None:
+        shape = self.grid.shape
+        text = f"page {self.grid.page + 1}/{shape.pages} (PgUp/PgDn)" if shape.pages > 1 else ""
+        if self.page_label.text() != text:
+            self.page_label.setText(text)
+
+    def show_error(self, message: str) -> None:
+        log.warning("%s", message)
+        self.statusBar().showMessage(message, 10000)
+
+    # ----- state and closing -----
+    def _restore(self) -> None:
+        geometry = self._qsettings.value("window/geometry")
+        if geometry is not None:
+            self.restoreGeometry(geometry)
+        state = self._qsettings.value("window/state")
+        if state is not None:
+            self.restoreState(state)
+
+    def save_layout(self) -> None:
+        self._qsettings.setValue("window/geometry", self.saveGeometry())
+        self._qsettings.setValue("window/state", self.saveState())
+        self._qsettings.sync()
+
+    def allow_close(self) -> None:
+        """The app finished its shutdown: the next close really closes."""
+        self._allow_close = True
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802
+        if self._allow_close:
+            self.flush_timer.stop()
+            self.stats_timer.stop()
+            event.accept()
+            return
+        event.ignore()
+        if not self._closing:
+            self._closing = True
+            self.save_layout()
+            self.statusBar().showMessage("Shutting down…")
+            self.close_requested.emit()
+
+
+def safe_icon_app():
+    try:
+        from workstation.ui.icons import app_icon
+    except ImportError:
+        from PySide6.QtGui import QIcon
+
+        return QIcon()
+    return app_icon()

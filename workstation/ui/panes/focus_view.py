@@ -1,0 +1,192 @@
+"""One pane zoomed to the whole grid area: tabs Transcript · Diff · Checkpoints · Output,
+the approval bar, and a follow-up input. Esc goes back to the grid."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QKeyEvent, QTextCharFormat, QTextCursor
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QPushButton,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from workstation.ui import theme
+from workstation.ui.panes.approval_bar import ApprovalBar
+from workstation.ui.panes.session_pane import PaneHeader, SessionPane
+from workstation.ui.panes.transcript_doc import LineStyle, diff_style
+from workstation.ui.panes.transcript_mirror import TranscriptMirror
+
+OUTPUT_MAX_BLOCKS = 5000
+
+
+class DiffView(QWidget):
+    """The session's diff against its base, with the review actions."""
+
+    refresh_requested = Signal()
+    integrate_requested = Signal(str)
+    """``commit``, ``merge`` or ``discard``."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 4, 0, 0)
+        row = QHBoxLayout()
+        self.summary = QLabel("No changes yet.")
+        row.addWidget(self.summary, 1)
+        self.refresh_button = QPushButton("Refresh")
+        self.commit_button = QPushButton("Commit…")
+        self.merge_button = QPushButton("Merge")
+        self.discard_button = QPushButton("Discard…")
+        for button, action in (
+            (self.commit_button, "commit"), (self.merge_button, "merge"), (self.discard_button, "discard"),
+        ):
+            button.clicked.connect(lambda _=False, a=action: self.integrate_requested.emit(a))
+            row.addWidget(button)
+        self.refresh_button.clicked.connect(self.refresh_requested)
+        row.insertWidget(1, self.refresh_button)
+        layout.addLayout(row)
+        self.text = QPlainTextEdit()
+        self.text.setReadOnly(True)
+        self.text.setFont(theme.mono_font(9.5))
+        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        layout.addWidget(self.text, 1)
+        self.set_actions_enabled(False)
+
+    def set_actions_enabled(self, enabled: bool) -> None:
+        for button in (self.commit_button, self.merge_button, self.discard_button):
+            button.setEnabled(enabled)
+
+    def set_diff(self, diff_text: str, summary: str = "") -> None:
+        colours = theme.line_colours(self.palette())
+        self.text.clear()
+        cursor = QTextCursor(self.text.document())
+        cursor.beginEditBlock()
+        first = True
+        for line in diff_text.splitlines():
+            if not first:
+                cursor.insertBlock()
+            first = False
+            fmt = QTextCharFormat()
+            fmt.setForeground(colours[diff_style(line)])
+            cursor.insertText(line, fmt)
+        cursor.endEditBlock()
+        self.summary.setText(summary or ("No changes yet." if not diff_text else ""))
+        self.set_actions_enabled(bool(diff_text))
+
+
+class FocusView(QWidget):
+    """Shows one :class:`SessionPane`'s session in full."""
+
+    back_requested = Signal()
+    follow_up = Signal(str, str)
+    """(session id, text) typed into the input box."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.pane: SessionPane | None = None
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 4, 6, 6)
+        layout.setSpacing(4)
+        top = QHBoxLayout()
+        self.back_button = QPushButton("Back to grid")
+        self.back_button.setToolTip("Esc")
+        self.back_button.clicked.connect(self.back_requested)
+        top.addWidget(self.back_button)
+        self.header_host = QVBoxLayout()
+        top.addLayout(self.header_host, 1)
+        layout.addLayout(top)
+        self._header: PaneHeader | None = None
+        self.tabs = QTabWidget()
+        self.transcript = TranscriptMirror()
+        self.diff = DiffView()
+        self.checkpoints = QListWidget()
+        self.checkpoints.setAlternatingRowColors(True)
+        self.output = QPlainTextEdit()
+        self.output.setReadOnly(True)
+        self.output.setFont(theme.mono_font(9.5))
+        self.output.setMaximumBlockCount(OUTPUT_MAX_BLOCKS)
+        self.tabs.addTab(self.transcript, "Transcript")
+        self.tabs.addTab(self.diff, "Diff")
+        self.tabs.addTab(self.checkpoints, "Checkpoints")
+        self.tabs.addTab(self.output, "Output")
+        layout.addWidget(self.tabs, 1)
+        self.approval = ApprovalBar()
+        self.approval.hide()
+        layout.addWidget(self.approval)
+        row = QHBoxLayout()
+        self.input = QLineEdit()
+        self.input.setPlaceholderText("Follow-up for this session — Enter sends")
+        self.send_button = QPushButton("Send")
+        row.addWidget(self.input, 1)
+        row.addWidget(self.send_button)
+        layout.addLayout(row)
+        self.input.returnPressed.connect(self._send)
+        self.send_button.clicked.connect(self._send)
+
+    def show_pane(self, pane: SessionPane) -> None:
+        self.leave()
+        self.pane = pane
+        self._header = PaneHeader(pane)
+        self._header.setParent(self)
+        self.header_host.addWidget(self._header)
+        self.transcript.attach(pane.doc)
+        self.sync_approval()
+        self.tabs.setCurrentWidget(self.transcript)
+        self.input.setFocus()
+
+    def leave(self) -> None:
+        self.transcript.detach()
+        if self._header is not None:
+            self.header_host.removeWidget(self._header)
+            self._header.deleteLater()
+            self._header = None
+        self.pane = None
+        self.approval.hide()
+
+    def refresh(self) -> None:
+        """Flush tick: the header follows the pane."""
+        if self._header is not None:
+            self._header.update()
+
+    def sync_approval(self) -> None:
+        pane = self.pane
+        if pane is not None and pane.approval.isVisibleTo(pane) and pane.waiting:
+            self.approval.show_request(pane.approval._title, "", pane.approval._arguments)
+            self.approval.summary.setText(pane.approval.summary.text())
+        else:
+            self.approval.hide()
+
+    def append_output(self, text: str, style: LineStyle = LineStyle.OUTPUT) -> None:
+        fmt = QTextCharFormat()
+        fmt.setForeground(theme.line_colours(self.palette())[style])
+        cursor = QTextCursor(self.output.document())
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        cursor.insertText(text, fmt)
+
+    def set_checkpoints(self, items: list[tuple[str, str]]) -> None:
+        """(label, tooltip) of each checkpoint, oldest first."""
+        self.checkpoints.clear()
+        for label, tip in items:
+            item = QListWidgetItem(label)
+            item.setToolTip(tip)
+            self.checkpoints.addItem(item)
+
+    def _send(self) -> None:
+        text = self.input.text().strip()
+        if text and self.pane is not None:
+            self.input.clear()
+            self.follow_up.emit(self.pane.info.session_id, text)
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802
+        if event.key() == Qt.Key.Key_Escape:
+            self.back_requested.emit()
+            return
+        super().keyPressEvent(event)

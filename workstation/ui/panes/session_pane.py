@@ -1,0 +1,221 @@
+"""One tile of the grid: a painted two-line header, the transcript tail, and the
+approval bar when the agent waits. The border turns amber while it waits."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from PySide6.QtCore import QRect, QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QFontMetrics, QMouseEvent, QPainter, QPaintEvent, QPalette, QPen
+from PySide6.QtWidgets import QFrame, QSizePolicy, QVBoxLayout, QWidget
+
+from workstation.core.session_state import SessionState
+from workstation.ui import theme
+from workstation.ui.panes.approval_bar import ApprovalBar
+from workstation.ui.panes.tail_view import TailView
+from workstation.ui.panes.transcript_doc import TranscriptDoc
+
+RATE_WINDOW_S = 3.0
+
+
+@dataclass(slots=True)
+class PaneInfo:
+    """What the header shows; updated from fleet events."""
+
+    session_id: str
+    name: str
+    repo: str = ""
+    branch: str = ""
+    mode: str = ""
+    state: SessionState = SessionState.READY
+    tokens: int = 0
+    tokens_per_s: float | None = None
+    """From the fleet; None until it reports (the pane then measures what it shows)."""
+    detail: str = ""
+    """Why it failed or waits, in plain words."""
+
+
+def compact_count(value: float) -> str:
+    if value >= 1_000_000:
+        return f"{value / 1_000_000:.1f}M"
+    if value >= 10_000:
+        return f"{value / 1000:.0f}k"
+    if value >= 1000:
+        return f"{value / 1000:.1f}k"
+    return f"{value:.0f}"
+
+
+STATE_SHORT = {
+    SessionState.AWAITING_APPROVAL: "approve",
+    SessionState.NEEDS_INPUT: "needs input",
+    SessionState.ENGINE_WAIT: "engine wait",
+}
+
+
+class PaneHeader(QWidget):
+    """Painted, not built from labels: 32 headers repaint at a few Hz for almost nothing."""
+
+    def __init__(self, pane: SessionPane) -> None:
+        super().__init__(pane)
+        self._pane = pane
+        self.setFont(theme.ui_font(8.5))
+        fm = QFontMetrics(self.font())
+        self._row_h = fm.height()
+        self.setFixedHeight(self._row_h * 2 + 4)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
+        pane = self._pane
+        info = pane.info
+        pal = self.palette()
+        p = QPainter(self)
+        p.fillRect(self.rect(), pal.color(QPalette.ColorRole.Window))
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        fm = QFontMetrics(self.font())
+        w = self.width()
+        row = self._row_h
+        colour = theme.state_colour(info.state, pal)
+        # Row 1: state dot, name, tok/s on the right.
+        dot = max(6, row // 2)
+        p.setPen(Qt.PenStyle.NoPen)
+        p.setBrush(colour)
+        p.drawEllipse(QRectF(5, 2 + (row - dot) / 2, dot, dot))
+        rate = pane.display_rate()
+        right = f"{rate:.0f} t/s" if rate >= 0.5 else ""
+        tokens = info.tokens or pane.doc.tokens_flushed
+        if tokens:
+            right = f"{right}  {compact_count(tokens)} tok" if right else f"{compact_count(tokens)} tok"
+        text = pal.color(QPalette.ColorRole.WindowText)
+        dim = theme.mix(text, pal.color(QPalette.ColorRole.Window), 0.45)
+        right_w = fm.horizontalAdvance(right) + 6 if right else 0
+        p.setPen(dim)
+        if right:
+            p.drawText(QRect(0, 2, w - 5, row), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, right)
+        bold = self.font()
+        bold.setBold(True)
+        p.setFont(bold)
+        p.setPen(text)
+        name_x = 5 + dot + 5
+        name = QFontMetrics(bold).elidedText(info.name, Qt.TextElideMode.ElideRight, max(10, w - name_x - right_w - 4))
+        p.drawText(QRect(name_x, 2, w - name_x, row), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, name)
+        p.setFont(self.font())
+        # Row 2: repo · branch · mode, state on the right (coloured only when it means something).
+        state_text = STATE_SHORT.get(info.state, info.state.label)
+        state_w = fm.horizontalAdvance(state_text) + 8
+        p.setPen(colour if info.state is not SessionState.RUNNING else dim)
+        p.drawText(QRect(0, 2 + row, w - 5, row), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, state_text)
+        where = " · ".join(part for part in (info.repo, info.branch, info.mode) if part)
+        p.setPen(dim)
+        where = fm.elidedText(where, Qt.TextElideMode.ElideMiddle, max(10, w - 10 - state_w))
+        p.drawText(QRect(5, 2 + row, w - 10 - state_w, row), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, where)
+
+    def mouseDoubleClickEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+        self._pane.activated.emit()
+
+
+class SessionPane(QFrame):
+    """A live session in the grid."""
+
+    activated = Signal()
+    """Double-click or Enter: zoom into this pane."""
+    focus_requested = Signal()
+    approve = Signal()
+    deny = Signal(str)
+    edit = Signal(str)
+
+    def __init__(self, info: PaneInfo, doc: TranscriptDoc, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.info = info
+        self.doc = doc
+        self.focused = False
+        self._rates: deque[tuple[float, int]] = deque(maxlen=16)
+        self._measured_rate = 0.0
+        self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Ignored)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.setSpacing(0)
+        self.header = PaneHeader(self)
+        self.view = TailView(doc, self)
+        self.view.empty_text = "waiting for the first tokens…"
+        self.approval = ApprovalBar(self)
+        self.approval.hide()
+        layout.addWidget(self.header)
+        layout.addWidget(self.view, 1)
+        layout.addWidget(self.approval)
+        self.view.activated.connect(self.activated)
+        self.approval.approved.connect(self.approve)
+        self.approval.denied.connect(self.deny)
+        self.approval.edited.connect(self.edit)
+
+    # ----- updates -----
+    def set_info(self, info: PaneInfo) -> None:
+        old_state = self.info.state
+        self.info = info
+        if info.state is not old_state and not info.state.wants_user:
+            self.approval.hide()
+        self.header.update()
+        if info.state is not old_state:
+            self.update()
+
+    def show_approval(self, title: str, summary: str, arguments: str) -> None:
+        self.approval.show_request(title, summary, arguments)
+        self.update()
+
+    def hide_approval(self) -> None:
+        self.approval.hide()
+        self.update()
+
+    @property
+    def waiting(self) -> bool:
+        return self.info.state.wants_user
+
+    def set_focused(self, focused: bool) -> None:
+        if focused != self.focused:
+            self.focused = focused
+            self.update()
+
+    def sample_rate(self, now: float | None = None) -> None:
+        """Called about once a second: measure tokens/s that reached this pane."""
+        now = time.monotonic() if now is None else now
+        self._rates.append((now, self.doc.tokens_flushed))
+        while len(self._rates) > 2 and now - self._rates[0][0] > RATE_WINDOW_S:
+            self._rates.popleft()
+        (t0, n0), (t1, n1) = self._rates[0], self._rates[-1]
+        rate = (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
+        if abs(rate - self._measured_rate) >= 0.5 or (rate == 0) != (self._measured_rate == 0):
+            self._measured_rate = rate
+            if self.isVisible():
+                self.header.update()
+
+    def display_rate(self) -> float:
+        if self.info.tokens_per_s is not None:
+            return self.info.tokens_per_s
+        return self._measured_rate
+
+    # ----- painting -----
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
+        p = QPainter(self)
+        pal = self.palette()
+        if self.waiting:
+            colour, width = theme.AMBER, 2
+        elif self.focused:
+            colour, width = theme.accent(pal), 2
+        else:
+            colour, width = pal.color(QPalette.ColorRole.Mid), 1
+        p.fillRect(self.rect(), colour)
+        inner = self.rect().adjusted(width, width, -width, -width)
+        p.fillRect(inner, pal.color(QPalette.ColorRole.Window))
+
+    def mousePressEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+        self.focus_requested.emit()
+        super().mousePressEvent(event)
+
+    def mouseDoubleClickEvent(self, event: QMouseEvent) -> None:  # noqa: N802
+        self.activated.emit()
+
+    def sizeHint(self) -> QSize:  # noqa: N802
+        return QSize(240, 200)

@@ -1,0 +1,155 @@
+"""Colours and fonts: the system palette everywhere, fixed colours only where they mean
+something (session states, diff signs). Light and dark both follow from the palette."""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QColor, QFont, QFontDatabase, QGuiApplication, QPalette
+
+from workstation.core.session_state import SessionState
+from workstation.ui.panes.transcript_doc import LineStyle
+
+AMBER = QColor("#e0a100")
+GREEN = QColor("#2e9e44")
+RED = QColor("#d0453b")
+GREY = QColor("#8a8f98")
+
+_STATE_COLOURS: dict[SessionState, QColor] = {
+    SessionState.PREPARING: GREY,
+    SessionState.READY: GREY,
+    SessionState.QUEUED: GREY,
+    SessionState.AWAITING_APPROVAL: AMBER,
+    SessionState.NEEDS_INPUT: AMBER,
+    SessionState.ENGINE_WAIT: AMBER,
+    SessionState.DONE: GREEN,
+    SessionState.FAILED: RED,
+    SessionState.STOPPED: GREY,
+}
+
+
+def palette() -> QPalette:
+    return QGuiApplication.palette()
+
+
+def is_dark(pal: QPalette | None = None) -> bool:
+    pal = pal or palette()
+    return pal.color(QPalette.ColorRole.Window).lightness() < 128
+
+
+def accent(pal: QPalette | None = None) -> QColor:
+    pal = pal or palette()
+    return pal.color(QPalette.ColorRole.Highlight)
+
+
+def state_colour(state: SessionState, pal: QPalette | None = None) -> QColor:
+    """Grey queued, accent running, amber waiting for a person, green done, red failed,
+    dim paused."""
+    if state is SessionState.RUNNING:
+        return accent(pal)
+    if state is SessionState.PAUSED:
+        pal = pal or palette()
+        return pal.color(QPalette.ColorRole.PlaceholderText)
+    return _STATE_COLOURS.get(state, GREY)
+
+
+def mix(a: QColor, b: QColor, t: float) -> QColor:
+    """``a`` moved ``t`` of the way to ``b``."""
+    return QColor(
+        round(a.red() + (b.red() - a.red()) * t),
+        round(a.green() + (b.green() - a.green()) * t),
+        round(a.blue() + (b.blue() - a.blue()) * t),
+    )
+
+
+def line_colours(pal: QPalette | None = None) -> dict[LineStyle, QColor]:
+    """Pen colour for each transcript line style, derived from the palette."""
+    pal = pal or palette()
+    text = pal.color(QPalette.ColorRole.Text)
+    base = pal.color(QPalette.ColorRole.Base)
+    dim = mix(text, base, 0.45)
+    dark = is_dark(pal)
+    code = QColor("#7fb4e0") if dark else QColor("#1f5f99")
+    added = QColor("#6cc77a") if dark else QColor("#1f7a33")
+    removed = QColor("#ef7b72") if dark else QColor("#b3261e")
+    tool = QColor("#c9a6ef") if dark else QColor("#6a3fa0")
+    return {
+        LineStyle.TEXT: text,
+        LineStyle.CODE: code,
+        LineStyle.FENCE: dim,
+        LineStyle.ADDED: added,
+        LineStyle.REMOVED: removed,
+        LineStyle.HUNK: dim,
+        LineStyle.USER: accent(pal) if not dark else mix(accent(pal), text, 0.35),
+        LineStyle.TOOL: tool,
+        LineStyle.OUTPUT: dim,
+        LineStyle.NOTICE: dim,
+        LineStyle.ERROR: removed,
+        LineStyle.REASONING: dim,
+    }
+
+
+def mono_font(point_size: float = 8.0) -> QFont:
+    font = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+    font.setPointSizeF(point_size)
+    font.setStyleHint(QFont.StyleHint.Monospace)
+    return font
+
+
+def ui_font(point_size: float | None = None, *, bold: bool = False) -> QFont:
+    font = QFontDatabase.systemFont(QFontDatabase.SystemFont.GeneralFont)
+    if point_size is not None:
+        font.setPointSizeF(point_size)
+    font.setBold(bold)
+    return font
+
+
+DARK_PALETTE_COLOURS = {
+    QPalette.ColorRole.Window: "#1f2226",
+    QPalette.ColorRole.WindowText: "#dfe3e8",
+    QPalette.ColorRole.Base: "#16181b",
+    QPalette.ColorRole.AlternateBase: "#23272c",
+    QPalette.ColorRole.Text: "#dfe3e8",
+    QPalette.ColorRole.Button: "#2a2e34",
+    QPalette.ColorRole.ButtonText: "#dfe3e8",
+    QPalette.ColorRole.Highlight: "#3d8fd6",
+    QPalette.ColorRole.HighlightedText: "#ffffff",
+    QPalette.ColorRole.ToolTipBase: "#2a2e34",
+    QPalette.ColorRole.ToolTipText: "#dfe3e8",
+    QPalette.ColorRole.PlaceholderText: "#7b828c",
+    QPalette.ColorRole.Mid: "#3a3f46",
+    QPalette.ColorRole.Dark: "#111315",
+    QPalette.ColorRole.Light: "#3a3f46",
+    QPalette.ColorRole.Link: "#6fb0ea",
+}
+
+LIGHT_PALETTE_COLOURS = {
+    QPalette.ColorRole.Window: "#f3f4f6",
+    QPalette.ColorRole.WindowText: "#1d2127",
+    QPalette.ColorRole.Base: "#ffffff",
+    QPalette.ColorRole.AlternateBase: "#f0f2f5",
+    QPalette.ColorRole.Text: "#1d2127",
+    QPalette.ColorRole.Button: "#e9ebee",
+    QPalette.ColorRole.ButtonText: "#1d2127",
+    QPalette.ColorRole.Highlight: "#2f74c0",
+    QPalette.ColorRole.HighlightedText: "#ffffff",
+    QPalette.ColorRole.ToolTipBase: "#ffffff",
+    QPalette.ColorRole.ToolTipText: "#1d2127",
+    QPalette.ColorRole.PlaceholderText: "#8a9099",
+    QPalette.ColorRole.Mid: "#c9cdd3",
+    QPalette.ColorRole.Dark: "#9aa0a8",
+    QPalette.ColorRole.Light: "#ffffff",
+    QPalette.ColorRole.Link: "#2f74c0",
+}
+
+
+def apply_theme(app: QGuiApplication, theme: str) -> None:
+    """``system`` keeps the desktop's palette; ``light`` / ``dark`` set one explicitly
+    (also what screenshots use, where no desktop palette exists)."""
+    if theme not in ("light", "dark"):
+        return
+    colours = DARK_PALETTE_COLOURS if theme == "dark" else LIGHT_PALETTE_COLOURS
+    pal = QPalette()
+    for role, value in colours.items():
+        pal.setColor(role, QColor(value))
+    for role in (QPalette.ColorRole.Text, QPalette.ColorRole.WindowText, QPalette.ColorRole.ButtonText):
+        pal.setColor(QPalette.ColorGroup.Disabled, role, QColor(colours[QPalette.ColorRole.PlaceholderText]))
+    app.setPalette(pal)
