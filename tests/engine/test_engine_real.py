@@ -204,3 +204,38 @@ def test_external_endpoint_that_is_down_is_a_clear_error():
 def test_metrics_endpoint_is_plain_http(smollm2_engine):
     response = httpx.get(smollm2_engine.base_url + "/metrics", timeout=10, trust_env=False)
     assert response.status_code in (200, 401)
+
+
+ORPHAN_SCRIPT = """
+import asyncio, sys
+from workstation.config import load_settings
+from workstation.engine.environment import find_engine
+from workstation.engine.launcher import EngineLauncher
+from workstation.engine.models import resolve_model
+
+async def main():
+    s = load_settings()
+    launcher = EngineLauncher(s, find_engine(s), resolve_model(s, "tiny"), log_dir=__import__("pathlib").Path(sys.argv[1]))
+    await launcher.start()
+    print(launcher.pid, flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def test_engine_dies_with_the_app_when_the_app_is_killed(tmp_path):
+    if find_engine(load_settings()) is None:
+        pytest.skip("engine not set up")
+    app = subprocess.Popen([sys.executable, "-c", ORPHAN_SCRIPT, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        line = app.stdout.readline()
+        assert line.strip().isdigit(), "the engine did not start"
+        engine_pid = int(line)
+        members = _group_members(engine_pid)
+        assert members
+    finally:
+        app.kill()
+        app.wait()
+    gone, alive = psutil.wait_procs(members, timeout=30)
+    assert not alive, f"engine processes outlived the app: {[p.pid for p in alive]}"
