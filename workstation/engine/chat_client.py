@@ -7,7 +7,8 @@ hands raw tool-call deltas upward; the agent accumulates them.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,9 @@ from httpx_sse import aconnect_sse
 
 from workstation.core.endpoints import Endpoint
 from workstation.core.errors import UserError
+from workstation.core.requests import RequestRecord
+
+RequestObserver = Callable[[RequestRecord], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,14 +94,29 @@ def parse_chunk(data: str) -> ChatDelta:
 
 
 class ChatClient:
-    """Chat completions against one OpenAI-compatible endpoint."""
+    """Chat completions against one OpenAI-compatible endpoint.
 
-    def __init__(self, http: httpx.AsyncClient, endpoint: Endpoint) -> None:
+    ``endpoint`` may be reassigned at any time (a safe engine switch does): requests
+    already streaming finish where they started, new ones go to the new endpoint.
+    Every finished request is reported to ``observers`` as a :class:`RequestRecord`.
+    """
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        endpoint: Endpoint,
+        *,
+        observers: Sequence[RequestObserver] = (),
+        session_id: str | None = None,
+    ) -> None:
         self._http = http
         self.endpoint = endpoint
+        self.observers: list[RequestObserver] = list(observers)
+        self.session_id = session_id
 
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
+    def _headers(self, endpoint: Endpoint | None = None) -> dict[str, str]:
+        key = (endpoint or self.endpoint).api_key
+        return {"Authorization": f"Bearer {key}"} if key else {}
 
     async def stream_chat(
         self,
@@ -110,8 +129,9 @@ class ChatClient:
         extra: dict[str, Any] | None = None,
     ) -> AsyncIterator[ChatDelta]:
         """Yield deltas of one streamed completion; the last one carries ``usage``."""
+        endpoint = self.endpoint
         body: dict[str, Any] = {
-            "model": self.endpoint.model,
+            "model": endpoint.model,
             "messages": list(messages),
             "stream": True,
             "stream_options": {"include_usage": True},
@@ -127,11 +147,17 @@ class ChatClient:
             body["temperature"] = temperature
         if extra:
             body.update(extra)
-        url = self.endpoint.v1 + "/chat/completions"
+        url = endpoint.v1 + "/chat/completions"
+        started = time.monotonic()
+        last = started
+        first: float | None = None
+        max_gap = 0.0
+        usage: Usage | None = None
+        error: str | None = None
         try:
             async with aconnect_sse(
                 self._http, "POST", url, content=orjson.dumps(body),
-                headers={**self._headers(), "Content-Type": "application/json"},
+                headers={**self._headers(endpoint), "Content-Type": "application/json"},
             ) as source:
                 response = source.response
                 if response.status_code != 200:
@@ -149,17 +175,48 @@ class ChatClient:
                         return
                     if not data:
                         continue
-                    yield parse_chunk(data)
+                    now = time.monotonic()
+                    max_gap = max(max_gap, now - last)
+                    last = now
+                    delta = parse_chunk(data)
+                    if first is None and (delta.content or delta.tool_calls or delta.reasoning):
+                        first = now - started
+                    if delta.usage is not None:
+                        usage = delta.usage
+                    yield delta
         except httpx.ConnectError as exc:
-            raise EngineUnreachable(f"cannot reach the engine at {self.endpoint.base_url}: {exc}") from exc
+            error = f"cannot reach the engine at {endpoint.base_url}: {exc}"
+            raise EngineUnreachable(error) from exc
         except httpx.ReadTimeout as exc:
-            raise EngineUnreachable(
-                f"the engine at {self.endpoint.base_url} stopped sending (read timeout)"
-            ) from exc
+            error = f"the engine at {endpoint.base_url} stopped sending (read timeout)"
+            raise EngineUnreachable(error) from exc
         except httpx.RemoteProtocolError as exc:
-            raise EngineUnreachable(
-                f"the engine at {self.endpoint.base_url} closed the stream: {exc}"
-            ) from exc
+            error = f"the engine at {endpoint.base_url} closed the stream: {exc}"
+            raise EngineUnreachable(error) from exc
+        except EngineHTTPError as exc:
+            error = str(exc)
+            raise
+        except BaseException as exc:  # cancelled, or the consumer stopped early
+            error = type(exc).__name__
+            raise
+        finally:
+            if self.observers:
+                self._report(endpoint, started, first, max_gap, usage, error)
+
+    def _report(
+        self, endpoint: Endpoint, started: float, first: float | None, max_gap: float,
+        usage: Usage | None, error: str | None,
+    ) -> None:
+        record = RequestRecord(
+            endpoint=endpoint.base_url, model=endpoint.model, session_id=self.session_id,
+            started_s=started, ttft_s=first, duration_s=time.monotonic() - started,
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+            cached_tokens=usage.cached_tokens if usage else 0,
+            max_gap_s=max_gap, ok=error is None, error=error,
+        )
+        for observer in self.observers:
+            observer(record)
 
     async def complete(self, messages: Sequence[dict[str, Any]], **kwargs: Any) -> tuple[str, Usage | None]:
         """Convenience: stream a completion and return its text and usage."""
