@@ -1,0 +1,25 @@
+import pytest
+
+from inventory import Inventory, Item
+
+
+def make():
+    stock = Inventory()
+    stock.add(Item("pen", 1.5, 10))
+    stock.add(Item("pad", 4.0, 2))
+    return stock
+
+
+def test_sell_reduces_quantity():
+    stock = make()
+    stock.sell("pen", 3)
+    assert stock.get("pen").quantity == 7
+
+
+def test_cannot_sell_more_than_stocked():
+    with pytest.raises(ValueError):
+        make().sell("pad", 3)
+
+
+def test_total_value_counts_quantity():
+    assert make().total_value() == pytest.approx(23.0)

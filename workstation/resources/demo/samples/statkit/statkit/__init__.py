@@ -1,0 +1,5 @@
+"""Descriptive statistics without dependencies."""
+
+from statkit.core import mean, median, mode
+
+__all__ = ["mean", "median", "mode"]
