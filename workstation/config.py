@@ -23,6 +23,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from workstation.core.errors import UserError
+
 SCHEMA_VERSION = 1
 SETTINGS_FILE_NAME = "settings.json"
 APP_NAME = "workstation"
@@ -178,7 +180,7 @@ class Settings(BaseSettings):
         return self.data_dir / SETTINGS_FILE_NAME
 
 
-class SettingsError(Exception):
+class SettingsError(UserError):
     """The settings file cannot be used; the message says why in plain words."""
 
 
