@@ -30,3 +30,30 @@ async def runner() -> AsyncIterator[GitRunner]:
     r = GitRunner()
     yield r
     await r.aclose()
+
+
+class EngineSwitch:
+    """An httpx transport standing in for an engine's ``/v1/models``: up or down at will."""
+
+    def __init__(self) -> None:
+        self.up = True
+
+    def handler(self, request):  # type: ignore[no-untyped-def]
+        import httpx
+
+        if not self.up:
+            raise httpx.ConnectError("connection refused", request=request)
+        return httpx.Response(200, json={"data": [{"id": "m"}]})
+
+
+@pytest.fixture
+def engine_switch() -> EngineSwitch:
+    return EngineSwitch()
+
+
+@pytest.fixture
+async def mock_http(engine_switch: EngineSwitch):  # type: ignore[no-untyped-def]
+    import httpx
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(engine_switch.handler)) as client:
+        yield client

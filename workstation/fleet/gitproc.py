@@ -92,6 +92,7 @@ class GitRunner:
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fleet-git")
         self._env = _base_env()
         self._closed = False
+        self._repo_locks: dict[str, asyncio.Lock] = {}
 
     async def run(
         self,
@@ -182,6 +183,16 @@ class GitRunner:
     async def out(self, args: Sequence[str], *, cwd: Path | str | None = None, **kw: Any) -> str:
         """stdout of a successful call, stripped."""
         return (await self.run(args, cwd=cwd, **kw)).stdout.strip()
+
+    def repo_lock(self, common_dir: Path | str) -> asyncio.Lock:
+        """A lock per repository for commands that change its shared worktree bookkeeping
+        (``worktree add/remove/prune``): git reads other worktrees' half-written entries
+        otherwise ("failed to read .git/worktrees/x/commondir")."""
+        key = os.path.realpath(str(common_dir))
+        lock = self._repo_locks.get(key)
+        if lock is None:
+            lock = self._repo_locks[key] = asyncio.Lock()
+        return lock
 
     async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
         """Run blocking file-system work on the runner's own threads."""

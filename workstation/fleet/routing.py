@@ -55,7 +55,7 @@ class Router:
         return self._endpoints.get(name) if name else None
 
     def set_active(self, session_id: str, active: bool) -> None:
-        """Only active sessions count as load."""
+        """Only sessions that are not finished (done, failed, stopped) count as load."""
         if active:
             self._active.add(session_id)
         else:

@@ -87,13 +87,18 @@ async def create_worktree(
         )
     dest.parent.mkdir(parents=True, exist_ok=True)
     try:
-        await _with_lock_retry(
-            git,
-            ["worktree", "add", "--quiet", "-b", branch, str(dest), f"refs/heads/{base_branch}"],
-            repo.path,
-        )
+        # The bookkeeping step is serialised per repository; the checkout (the slow part)
+        # then runs in parallel with other sessions' checkouts.
+        async with git.repo_lock(repo.common_dir):
+            await _with_lock_retry(
+                git,
+                ["worktree", "add", "--quiet", "--no-checkout", "-b", branch, str(dest),
+                 f"refs/heads/{base_branch}"],
+                repo.path,
+            )
+        await git.run(["reset", "--hard", "--quiet"], cwd=dest, timeout_s=1800)
     except BaseException as exc:
-        await _undo_create(git, repo.path, dest, branch)
+        await _undo_create(git, repo, dest, branch)
         if isinstance(exc, GitCommandError):
             raise UserError(f"could not create the worktree for {name}: {exc}") from exc
         raise
@@ -112,14 +117,13 @@ async def _with_lock_retry(git: GitRunner, args: list[str], cwd: Path) -> None:
             await asyncio.sleep(0.05 * 2**attempt)
 
 
-async def _undo_create(git: GitRunner, repo_path: Path, dest: Path, branch: str) -> None:
-    with contextlib.suppress(GitCommandError):
-        await git.run(["worktree", "remove", "--force", "--force", str(dest)], cwd=repo_path, check=False)
-    if dest.exists():
-        await git.blocking(_rmtree_writable, dest)
-    with contextlib.suppress(GitCommandError):
-        await git.run(["worktree", "prune"], cwd=repo_path, check=False)
-        await git.run(["branch", "-D", branch], cwd=repo_path, check=False)
+async def _undo_create(git: GitRunner, repo: RepoInfo, dest: Path, branch: str) -> None:
+    async with git.repo_lock(repo.common_dir):
+        await git.run(["worktree", "remove", "--force", "--force", str(dest)], cwd=repo.path, check=False)
+        if dest.exists():
+            await git.blocking(_rmtree_writable, dest)
+        await git.run(["worktree", "prune"], cwd=repo.path, check=False)
+        await git.run(["branch", "-D", branch], cwd=repo.path, check=False)
 
 
 async def remove_worktree(
@@ -135,16 +139,20 @@ async def remove_worktree(
     Works when the worktree folder is already gone, and when the repository is gone (then
     only the folder is removed).
     """
-    if repo_path is not None and repo_path.is_dir():
+    if repo_path is None or not repo_path.is_dir():
+        if worktree_path.exists():
+            await git.blocking(_rmtree_writable, worktree_path)
+        return
+    common = await git.run(["rev-parse", "--path-format=absolute", "--git-common-dir"],
+                           cwd=repo_path, check=False)
+    async with git.repo_lock(common.stdout.strip() or repo_path):
         res = await git.run(["worktree", "remove", "--force", "--force", str(worktree_path)],
                             cwd=repo_path, check=False)
         if not res.ok:
             log.debug("worktree remove %s: %s", worktree_path, res.stderr.strip())
-    if worktree_path.exists():
-        await git.blocking(_rmtree_writable, worktree_path)
-    if repo_path is None or not repo_path.is_dir():
-        return
-    await git.run(["worktree", "prune"], cwd=repo_path, check=False)
+        if worktree_path.exists():
+            await git.blocking(_rmtree_writable, worktree_path)
+        await git.run(["worktree", "prune"], cwd=repo_path, check=False)
     if branch:
         await _with_lock_retry_quiet(git, ["branch", "-D", branch], repo_path)
     for prefix in private_ref_prefixes:
