@@ -34,6 +34,7 @@ from workstation.ui.recorder import (
     RecordingIndicator,
     RecordingOptions,
     VideoCodec,
+    create_record_action,
 )
 from workstation.ui.recorder.encoder import EncoderWorker
 
@@ -305,6 +306,38 @@ def test_indicator_and_manual_stop(window, qtbot, tmp_path) -> None:
     assert indicator.isHidden()
     assert abs(result.frames_written - round(result.wall_duration_s * 30)) <= 1
     assert not (tmp_path / "unused.mp4").exists()
+
+
+def test_record_action_follows_the_recorder(window, qtbot, tmp_path) -> None:
+    recorder = Recorder()
+    errors: list[str] = []
+    paths = iter([tmp_path / "a.mp4", tmp_path / "b.mp4"])
+    action = create_record_action(recorder, lambda: window,
+                                  lambda: RecordingOptions(path=next(paths), duration_s=0.5),
+                                  on_error=errors.append)
+    assert action.isCheckable() and action.shortcut().toString() == "Ctrl+R"
+    action.trigger()
+    assert recorder.is_recording and action.isChecked() and action.text() == "Stop"
+    qtbot.waitUntil(lambda: recorder.state is RecorderState.IDLE, timeout=20_000)
+    assert not action.isChecked() and action.isEnabled()  # stopped by itself: action follows
+    assert (tmp_path / "a.mp4").stat().st_size > 0
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where a folder should be")
+    bad = create_record_action(recorder, window,
+                               lambda: RecordingOptions(path=blocked / "x.mp4"),
+                               on_error=errors.append)
+    bad.trigger()
+    assert not recorder.is_recording and not bad.isChecked()
+    assert len(errors) == 1 and "cannot write the recording" in errors[0]
+
+
+def test_options_from_the_demo_manifest(tmp_path) -> None:
+    from workstation.fleet.demo_manifest import load_manifest
+
+    recording = load_manifest().recording
+    options = RecordingOptions.from_demo(recording, tmp_path / "demo.mp4", duration_s=20)
+    assert options.size_px == (1280, 720) and options.fps == 30 and options.overlay
+    assert options.codec is VideoCodec.H264 and options.duration_s == 20
 
 
 def test_bad_options_are_plain_errors(tmp_path) -> None:

@@ -8,7 +8,8 @@ Entry points::
     result = recorder.stop().result()      # or recorder.wait(); or the ``finished`` signal
 
 ``RecordingIndicator(recorder)`` is the status-bar "● REC 00:01:23" label;
-``recorder.toggle(window, make_options)`` is what a REC button / Ctrl+R calls.
+``create_record_action(recorder, window, make_options)`` the toolbar's REC button
+(``MainWindow.install_record_action``), which calls ``recorder.toggle``.
 """
 
 from workstation.ui.recorder.capture import FrameGrabber, GrabMethod
@@ -16,6 +17,7 @@ from workstation.ui.recorder.encoder import EncoderWorker, RawFrame
 from workstation.ui.recorder.indicator import RecordingIndicator
 from workstation.ui.recorder.options import RecordingOptions, VideoCodec, default_recording_path
 from workstation.ui.recorder.overlay import OverlayPainter, OverlaySource, OverlayValues
+from workstation.ui.recorder.record_action import create_record_action
 from workstation.ui.recorder.recorder import (
     Recorder,
     RecorderState,
@@ -38,5 +40,6 @@ __all__ = [
     "RecordingResult",
     "RecordingStats",
     "VideoCodec",
+    "create_record_action",
     "default_recording_path",
 ]
