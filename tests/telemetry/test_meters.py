@@ -1,0 +1,139 @@
+"""The meters service: events, series, CSV, app metrics endpoint, one-shot snapshot."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.telemetry.fake_nvml import FakeNvml, device
+from tests.telemetry.test_vllm_metrics import exposition
+from workstation.core.cost import SelfHostAssumptions, SelfHostMode
+from workstation.core.endpoints import Endpoint
+from workstation.telemetry.meters import Meters, unit_of
+from workstation.telemetry.nvml import NvmlReader
+from workstation.telemetry.prices import load_price_table
+
+EP = Endpoint(base_url="http://engine.test", api_key="", model="smollm2", name="local")
+
+
+class Engine:
+    """A scripted engine whose counters grow by 100 generated tokens per scrape."""
+
+    def __init__(self) -> None:
+        self.scrapes = 0
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.scrapes += 1
+        n = self.scrapes
+        return httpx.Response(200, text=exposition(gen=100 * n, prompt=300 * n, running=2, waiting=1, kv=0.5))
+
+
+def make_meters(http: httpx.AsyncClient, **kw) -> Meters:  # type: ignore[no-untyped-def]
+    fake = FakeNvml(devices=[device(), device(uuid="GPU-1", util=(5, 1), power_mw=130_000)])
+    return Meters(
+        http,
+        endpoints=[EP],
+        gpu_reader=NvmlReader(fake),
+        prices=load_price_table(),
+        api_model="gpt-4.1-mini",
+        assumptions=SelfHostAssumptions(mode=SelfHostMode.GPU_HOURLY, gpu_hourly_usd=3.6),
+        **kw,
+    )
+
+
+def test_units_from_names() -> None:
+    assert unit_of("gpu0.power_w") == "W"
+    assert unit_of("gpu1.memory_used_bytes") == "B"
+    assert unit_of("engine.local.generation_tokens_per_s") == "tok/s"
+    assert unit_of("engine.local.ttft_p99_s") == "s"
+    assert unit_of("cost.api_usd_per_m_tokens") == "$/M tok"
+    assert unit_of("engine.local.waiting") == "requests"
+
+
+async def test_collect_once_reads_every_meter(tmp_path: Path) -> None:
+    async with httpx.AsyncClient(transport=httpx.MockTransport(Engine())) as http:
+        meters = make_meters(http)
+        try:
+            snap = await meters.collect_once(0.05)
+        finally:
+            await meters.aclose()
+    assert snap.gpu is not None and snap.gpu.ok and len(snap.gpu.devices) == 2
+    assert snap.host is not None
+    (e,) = snap.engines
+    assert e.up and e.generation_tokens_per_s > 0 and e.running == 2 and e.kv_cache_usage_pct == 50.0
+    assert snap.cost is not None and snap.cost.tokens.output_tokens == 100
+    out = json.loads(json.dumps(snap.to_dict()))
+    assert out["gpu"]["devices"][1]["power_w"] == 130.0
+    assert out["cost"]["api_model"] == "openai/gpt-4.1-mini"
+    assert out["cost"]["energy_j"] == 0.0  # measured: the scripted energy counters did not move
+    # series for the charts
+    names = meters.series.names()
+    for name in ("gpu0.util_pct", "gpu1.power_w", "host.cpu_pct", "engine.local.generation_tokens_per_s",
+                 "engine.local.running", "cost.savings_pct", "sessions.tokens_per_s"):
+        assert name in names
+    assert meters.series.get("gpu1.power_w").unit == "W"
+    rows = meters.export_csv(tmp_path / "m.csv")
+    with (tmp_path / "m.csv").open() as fh:
+        table = list(csv.reader(fh))
+    assert table[0] == ["time_utc", "t_s", "series", "unit", "value"]
+    assert len(table) == rows + 1
+    power = [r for r in table if r[2] == "gpu1.power_w"]
+    assert power and power[0][3] == "W" and float(power[0][4]) == 130.0
+    assert any(r[4] == "n/a" for r in table)  # first tok/s reading has no rate yet
+
+
+async def test_running_service_emits_events_and_serves_app_metrics() -> None:
+    engine = Engine()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(engine)) as http:
+        meters = make_meters(http, gpu_interval_s=0.05, metrics_interval_s=0.05, app_metrics_port=0)
+        events: dict[str, list] = {k: [] for k in ("gpu", "host", "engine", "cost", "sessions", "series")}
+        meters.gpu_sampled.connect(events["gpu"].append)
+        meters.host_sampled.connect(events["host"].append)
+        meters.engine_sampled.connect(events["engine"].append)
+        meters.cost_updated.connect(events["cost"].append)
+        meters.sessions_sampled.connect(events["sessions"].append)
+        meters.series_updated.connect(events["series"].append)
+        meters.streams.on_chunk("s1", 5)
+        await meters.start()
+        try:
+            for _ in range(300):
+                if len(events["engine"]) >= 3 and events["cost"]:
+                    break
+                await asyncio.sleep(0.02)
+            url = meters.app_metrics_url
+            assert url is not None and url.startswith("http://127.0.0.1:")
+            async with httpx.AsyncClient() as plain:
+                body = (await plain.get(url)).text
+        finally:
+            await meters.aclose()
+    assert len(events["gpu"]) >= 3 and events["host"] and len(events["engine"]) >= 3
+    assert events["cost"][-1].tokens.output_tokens >= 100
+    assert events["sessions"][-1][0].session_id == "s1"
+    assert any("gpu0.power_w" in names for names in events["series"])
+    assert 'workstation_gpu_power_watts{gpu="1",name="NVIDIA H200"} 130.0' in body
+    assert 'workstation_engine_requests_running{endpoint="local"} 2.0' in body
+    assert "workstation_cost_saved_usd" in body
+    # stopped: the app-metrics port is closed again
+    assert meters.app_metrics_url is None
+    with pytest.raises(httpx.ConnectError):
+        async with httpx.AsyncClient() as plain:
+            await plain.get(url)
+
+
+async def test_endpoints_come_and_go_and_price_switches() -> None:
+    async with httpx.AsyncClient(transport=httpx.MockTransport(Engine())) as http:
+        meters = make_meters(http)
+        await meters.add_endpoint(Endpoint(base_url="http://other.test", api_key="", model="m", name="other"))
+        assert set(meters.scrapers) == {"local", "other"}
+        await meters.remove_endpoint("local")
+        assert set(meters.scrapers) == {"other"}
+        assert meters.set_api_price("claude-haiku-4-5").provider == "anthropic"
+        assert meters.set_api_price("no-such-model") is None
+        meters.set_engine_pid(12345)
+        assert meters.engine_pid() == 12345
+        await meters.aclose()

@@ -1,0 +1,354 @@
+"""The meters service: every sampler and meter behind one object, with its events.
+
+:class:`Meters` owns the GPU sampler (NVML, own thread), the host sampler (psutil,
+own thread), one ``/metrics`` scraper per endpoint, the per-session stream
+counters, the cost meter, and a :class:`SeriesBook` of 15 minutes of every chart
+value. A 1 Hz tick publishes the session counters and the cost estimate. See the
+package docstring for the events and the series names.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import httpx
+from psygnal import Signal
+
+from workstation.core.cost import (
+    ApiPrice,
+    CostEstimate,
+    PriceTable,
+    SelfHostAssumptions,
+    SelfHostMode,
+)
+from workstation.core.endpoints import Endpoint
+from workstation.core.series import DEFAULT_HORIZON_S, SeriesBook
+from workstation.telemetry.app_metrics import AppMetricsServer
+from workstation.telemetry.cost_meter import CostMeter
+from workstation.telemetry.csv_export import export_series_csv
+from workstation.telemetry.host import HostReader, HostSample
+from workstation.telemetry.nvml import GpuSnapshot, NvmlReader
+from workstation.telemetry.prices import load_price_table
+from workstation.telemetry.sampler import GpuSampler, HostSampler
+from workstation.telemetry.scraper import MetricsScraper
+from workstation.telemetry.streams import SessionTokens, StreamCounters
+from workstation.telemetry.vllm_metrics import EngineMetricsSample
+
+if TYPE_CHECKING:  # the settings stay optional: the GPU checks run where pydantic is absent
+    from workstation.config import Settings
+
+log = logging.getLogger(__name__)
+
+_UNIT_SUFFIXES = (
+    ("usd_per_m_tokens", "$/M tok"),
+    ("joules_per_token", "J/tok"),
+    ("tokens_per_s", "tok/s"),
+    ("_pct", "%"),
+    ("_bytes", "B"),
+    ("_w", "W"),
+    ("_c", "°C"),
+    ("_mhz", "MHz"),
+    ("_usd", "$"),
+    ("_s", "s"),
+    ("running", "requests"),
+    ("waiting", "requests"),
+)
+
+
+def unit_of(series_name: str) -> str:
+    """The unit of a series, read from its name's suffix."""
+    for suffix, unit in _UNIT_SUFFIXES:
+        if series_name.endswith(suffix):
+            return unit
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class MetersSnapshot:
+    """The latest reading of every meter (``None``: that meter has not reported yet)."""
+
+    t_wall: float
+    gpu: GpuSnapshot | None
+    host: HostSample | None
+    engines: tuple[EngineMetricsSample, ...]
+    sessions: tuple[SessionTokens, ...]
+    stream_tokens_per_s: float
+    cost: CostEstimate | None
+
+    def to_dict(self) -> dict[str, Any]:
+        gpu: Any
+        if self.gpu is None:
+            gpu = {"state": "not sampled", "message": "GPU sampler has not run", "devices": []}
+        else:
+            gpu = self.gpu.to_dict()
+        return {
+            "t_wall": self.t_wall,
+            "gpu": gpu,
+            "host": self.host.to_dict() if self.host else "n/a",
+            "engines": [e.to_dict() for e in self.engines],
+            "sessions": [s.to_dict() for s in self.sessions],
+            "stream_tokens_per_s": self.stream_tokens_per_s,
+            "cost": _na_values(self.cost.to_dict()) if self.cost else "n/a",
+        }
+
+
+def _na_values(d: dict[str, Any]) -> dict[str, Any]:
+    return {k: "n/a" if v is None else v for k, v in d.items()}
+
+
+def assumptions_from_settings(settings: Settings, gpu_count: int = 1) -> SelfHostAssumptions:
+    t = settings.telemetry
+    if t.gpu_hourly_usd is not None:
+        return SelfHostAssumptions(
+            mode=SelfHostMode.GPU_HOURLY, gpu_hourly_usd=t.gpu_hourly_usd, gpu_count=max(1, gpu_count),
+            hardware_usd=t.hardware_usd, hardware_years=t.hardware_years,
+            electricity_usd_per_kwh=t.electricity_usd_per_kwh, pue=t.pue,
+        )
+    return SelfHostAssumptions(
+        mode=SelfHostMode.ENERGY, hardware_usd=t.hardware_usd, hardware_years=t.hardware_years,
+        electricity_usd_per_kwh=t.electricity_usd_per_kwh, pue=t.pue, gpu_count=max(1, gpu_count),
+    )
+
+
+class Meters:
+    """Every meter of the app; ``async start()`` / ``async aclose()``."""
+
+    gpu_sampled = Signal(object)  # GpuSnapshot
+    host_sampled = Signal(object)  # HostSample
+    engine_sampled = Signal(object)  # EngineMetricsSample
+    sessions_sampled = Signal(object)  # tuple[SessionTokens, ...]
+    cost_updated = Signal(object)  # CostEstimate
+    series_updated = Signal(object)  # tuple[str, ...]: names of the series just appended to
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        *,
+        endpoints: Iterable[Endpoint] = (),
+        gpu_interval_s: float = 1.0,
+        host_interval_s: float = 1.0,
+        metrics_interval_s: float = 1.0,
+        latency_window_s: float = 60.0,
+        horizon_s: float = DEFAULT_HORIZON_S,
+        prices: PriceTable | None = None,
+        api_model: str | None = None,
+        assumptions: SelfHostAssumptions | None = None,
+        gpu_reader: NvmlReader | None = None,
+        host_reader: HostReader | None = None,
+        app_metrics_port: int | None = None,
+    ) -> None:
+        self._http = http
+        self._engine_pid: int | None = None
+        self.prices = prices or PriceTable()
+        self.series = SeriesBook(
+            horizon_s=horizon_s, interval_s=min(gpu_interval_s, metrics_interval_s, 1.0),
+            wall_offset_s=time.time() - time.monotonic(),
+        )
+        self.metrics_interval_s = metrics_interval_s
+        self.latency_window_s = latency_window_s
+        self.gpu = GpuSampler(interval_s=gpu_interval_s, engine_pid=self.engine_pid, reader=gpu_reader)
+        self.host = HostSampler(interval_s=host_interval_s, engine_pid=self.engine_pid, reader=host_reader)
+        self.streams = StreamCounters()
+        api = self.prices.find(api_model) if api_model else None
+        if api_model and api is None:
+            log.warning("cost meter: no price for %r in the price table", api_model)
+        self.cost = CostMeter(api=api, assumptions=assumptions or SelfHostAssumptions())
+        self.scrapers: dict[str, MetricsScraper] = {}
+        for ep in endpoints:
+            self._add_scraper(ep)
+        self.gpu.sampled.connect(self._on_gpu_sampled)
+        self.host.sampled.connect(self._on_host_sampled)
+        self._app_metrics = AppMetricsServer(self.snapshot, port=app_metrics_port) if app_metrics_port is not None else None
+        self._tick_task: asyncio.Task[None] | None = None
+        self._started = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings, http: httpx.AsyncClient, **kwargs: Any) -> Meters:
+        """Build from the typed settings, prices from the packaged table plus the user's copy."""
+        t = settings.telemetry
+        kwargs.setdefault("gpu_interval_s", t.gpu_interval_s)
+        kwargs.setdefault("metrics_interval_s", t.metrics_interval_s)
+        kwargs.setdefault("prices", load_price_table(settings.data_dir))
+        kwargs.setdefault("api_model", t.api_price_model)
+        kwargs.setdefault("assumptions", assumptions_from_settings(settings))
+        return cls(http, **kwargs)
+
+    # ----------------------------------------------------------------- wiring
+    def engine_pid(self) -> int | None:
+        return self._engine_pid
+
+    def set_engine_pid(self, pid: int | None) -> None:
+        """The managed engine's pid (its process tree is marked on the GPU cards); None when
+        there is no local engine process."""
+        self._engine_pid = pid
+
+    def _add_scraper(self, endpoint: Endpoint) -> MetricsScraper:
+        scraper = MetricsScraper(self._http, endpoint, interval_s=self.metrics_interval_s,
+                                 window_s=self.latency_window_s)
+        scraper.sampled.connect(self._on_engine_sampled)
+        self.scrapers[endpoint.name] = scraper
+        return scraper
+
+    async def add_endpoint(self, endpoint: Endpoint) -> None:
+        """Scrape another endpoint (replacing one of the same name)."""
+        await self.remove_endpoint(endpoint.name)
+        scraper = self._add_scraper(endpoint)
+        if self._started:
+            await scraper.start()
+
+    async def remove_endpoint(self, name: str) -> None:
+        scraper = self.scrapers.pop(name, None)
+        if scraper is not None:
+            scraper.sampled.disconnect(self._on_engine_sampled)
+            await scraper.aclose()
+
+    def set_api_price(self, model: str | None) -> ApiPrice | None:
+        """Compare against another paid API (``model`` or ``provider/model``)."""
+        api = self.prices.find(model) if model else None
+        self.cost.set_api(api)
+        return api
+
+    def set_assumptions(self, assumptions: SelfHostAssumptions) -> None:
+        self.cost.set_assumptions(assumptions)
+
+    # ----------------------------------------------------------------- events in
+    def _record(self, t: float, values: dict[str, float | None], interval_s: float | None = None) -> None:
+        self.series.record(t, values, units={k: unit_of(k) for k in values}, interval_s=interval_s)
+        self.series_updated.emit(tuple(values))
+
+    def _on_gpu_sampled(self, snap: GpuSnapshot) -> None:
+        self.cost.on_gpu_snapshot(snap)
+        if snap.ok:
+            values: dict[str, float | None] = {}
+            for d in snap.devices:
+                p = f"gpu{d.index}."
+                values[p + "util_pct"] = d.gpu_util_pct
+                values[p + "mem_util_pct"] = d.mem_util_pct
+                values[p + "memory_used_bytes"] = d.memory_used_bytes
+                values[p + "power_w"] = d.power_w
+                values[p + "temperature_c"] = d.temperature_c
+                values[p + "sm_clock_mhz"] = d.sm_clock_mhz
+                values[p + "engine_memory_bytes"] = d.engine_memory_bytes
+            self._record(snap.t_mono, values, self.gpu.interval_s)
+        self.gpu_sampled.emit(snap)
+
+    def _on_host_sampled(self, s: HostSample) -> None:
+        self._record(s.t_mono, {
+            "host.cpu_pct": s.cpu_pct,
+            "host.memory_used_bytes": s.memory_used_bytes,
+            "host.app_cpu_pct": s.app.cpu_pct if s.app else None,
+            "host.app_rss_bytes": s.app.rss_bytes if s.app else None,
+            "host.engine_cpu_pct": s.engine.cpu_pct if s.engine else None,
+            "host.engine_rss_bytes": s.engine.rss_bytes if s.engine else None,
+        }, self.host.interval_s)
+        self.host_sampled.emit(s)
+
+    def _on_engine_sampled(self, s: EngineMetricsSample) -> None:
+        self.cost.on_engine_sample(s)
+        p = f"engine.{s.endpoint}."
+        self._record(s.t_mono, {
+            p + "generation_tokens_per_s": s.generation_tokens_per_s,
+            p + "prompt_tokens_per_s": s.prompt_tokens_per_s,
+            p + "running": s.running,
+            p + "waiting": s.waiting,
+            p + "kv_cache_usage_pct": s.kv_cache_usage_pct,
+            p + "prefix_cache_hit_rate_pct": s.prefix_cache_hit_rate_pct,
+            p + "spec_acceptance_rate_pct": s.spec_acceptance_rate_pct,
+            p + "ttft_p50_s": s.ttft_s.p50 if s.ttft_s else None,
+            p + "ttft_p99_s": s.ttft_s.p99 if s.ttft_s else None,
+            p + "itl_p50_s": s.itl_s.p50 if s.itl_s else None,
+            p + "itl_p99_s": s.itl_s.p99 if s.itl_s else None,
+        }, self.metrics_interval_s)
+        self.engine_sampled.emit(s)
+
+    def tick(self) -> None:
+        """Publish the session counters and the cost estimate (the 1 Hz tick calls it)."""
+        now = time.monotonic()
+        sessions = self.streams.snapshot()
+        estimate = self.cost.estimate()
+        self._record(now, {
+            "sessions.tokens_per_s": self.streams.tokens_per_s(),
+            "cost.savings_pct": estimate.savings_pct,
+            "cost.saved_usd": estimate.saved_usd,
+            "cost.self_host_usd_per_m_tokens": estimate.self_host_usd_per_m_tokens,
+            "cost.api_usd_per_m_tokens": estimate.api_usd_per_m_tokens,
+            "cost.joules_per_token": estimate.joules_per_token,
+        }, 1.0)
+        self.sessions_sampled.emit(sessions)
+        self.cost_updated.emit(estimate)
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self.tick()
+
+    # ----------------------------------------------------------------- life cycle
+    async def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        self.cost.reset()
+        await self.gpu.start()
+        await self.host.start()
+        for scraper in self.scrapers.values():
+            await scraper.start()
+        if self._app_metrics is not None:
+            await self._app_metrics.start()
+            log.info("app metrics at %s", self._app_metrics.url)
+        self._tick_task = asyncio.create_task(self._tick_loop(), name="telemetry.tick")
+
+    async def aclose(self) -> None:
+        self._started = False
+        task, self._tick_task = self._tick_task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
+        for scraper in list(self.scrapers.values()):
+            await scraper.aclose()
+        await self.gpu.aclose()
+        await self.host.aclose()
+        if self._app_metrics is not None:
+            await self._app_metrics.aclose()
+
+    @property
+    def app_metrics_url(self) -> str | None:
+        return self._app_metrics.url if self._app_metrics else None
+
+    # ----------------------------------------------------------------- reading
+    def snapshot(self) -> MetersSnapshot:
+        return MetersSnapshot(
+            t_wall=time.time(),
+            gpu=self.gpu.latest,
+            host=self.host.latest,
+            engines=tuple(s.latest for s in self.scrapers.values() if s.latest is not None),
+            sessions=self.streams.snapshot(),
+            stream_tokens_per_s=self.streams.tokens_per_s(),
+            cost=self.cost.estimate(),
+        )
+
+    async def collect_once(self, window_s: float = 1.0) -> MetersSnapshot:
+        """Every meter read twice ``window_s`` apart (rates need two readings), without
+        starting the periodic loops: what ``workstation meters --once`` prints."""
+        self.cost.reset()
+        await self.gpu.read_once()
+        await self.host.read_once()
+        await asyncio.gather(*(s.scrape_once() for s in self.scrapers.values()))
+        await asyncio.sleep(window_s)
+        await asyncio.gather(*(s.scrape_once() for s in self.scrapers.values()))
+        await self.host.read_once()
+        await self.gpu.read_once()
+        self.tick()
+        return self.snapshot()
+
+    def export_csv(self, path: Path, names: Iterable[str] | None = None) -> int:
+        """Write the charts' series to a CSV file; returns the rows written."""
+        return export_series_csv(self.series, path, names)

@@ -1,0 +1,115 @@
+"""Scrape one endpoint's ``/metrics`` at an interval over the shared HTTP client.
+
+Each scrape is stamped with the midpoint of its request on ``time.monotonic()``
+(the counters were read somewhere in between), parsed, and handed to a
+:class:`MetricsDeriver`. An endpoint that does not answer yields a sample with
+``up=False`` and the reason, and the scraper keeps trying; it never raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import httpx
+from psygnal import Signal
+
+from workstation.core.endpoints import Endpoint
+from workstation.telemetry.vllm_metrics import (
+    EngineMetricsSample,
+    MetricsDeriver,
+    down_sample,
+    parse_metrics,
+)
+
+log = logging.getLogger(__name__)
+
+
+class MetricsScraper:
+    """The engine meters of one endpoint. Emits ``sampled(EngineMetricsSample)``."""
+
+    sampled = Signal(object)
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        endpoint: Endpoint,
+        *,
+        interval_s: float = 1.0,
+        window_s: float = 60.0,
+    ) -> None:
+        self._http = http
+        self.endpoint = endpoint
+        self._interval_s = max(0.05, interval_s)
+        self.deriver = MetricsDeriver(endpoint.name, window_s=window_s)
+        self._task: asyncio.Task[None] | None = None
+        self._was_up: bool | None = None
+        self.latest: EngineMetricsSample | None = None
+
+    @property
+    def url(self) -> str:
+        return self.endpoint.base_url.rstrip("/") + "/metrics"
+
+    @property
+    def interval_s(self) -> float:
+        return self._interval_s
+
+    @interval_s.setter
+    def interval_s(self, value: float) -> None:
+        self._interval_s = max(0.05, float(value))
+
+    async def scrape_once(self) -> EngineMetricsSample:
+        """Scrape, derive and emit one sample (never raises for network trouble)."""
+        headers = {"Authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
+        timeout = max(2.0, 2 * self._interval_s)
+        t_send = time.monotonic()
+        try:
+            response = await self._http.get(self.url, headers=headers, timeout=timeout)
+            t_recv = time.monotonic()
+            if response.status_code != 200:
+                sample = down_sample(self.endpoint.name, f"/metrics answered HTTP {response.status_code}")
+            else:
+                reading = parse_metrics(response.text, (t_send + t_recv) / 2)
+                sample = self.deriver.update(reading)
+        except httpx.HTTPError as exc:
+            sample = down_sample(self.endpoint.name, f"cannot reach {self.url}: {type(exc).__name__}")
+        except ValueError as exc:  # the text parser refuses malformed exposition
+            sample = down_sample(self.endpoint.name, f"malformed /metrics from {self.url}: {exc}")
+        if sample.up != self._was_up:
+            if sample.up:
+                log.info("engine metrics: %s is up", self.url)
+            else:
+                log.warning("engine metrics: %s", sample.error)
+                self.deriver.reset()
+            self._was_up = sample.up
+        self.latest = sample
+        self.sampled.emit(sample)
+        return sample
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def start(self) -> None:
+        if not self.running:
+            self._task = asyncio.create_task(self._run(), name=f"telemetry.metrics.{self.endpoint.name}")
+
+    async def _run(self) -> None:
+        next_t = time.monotonic()
+        while True:
+            await self.scrape_once()
+            next_t += self._interval_s
+            now = time.monotonic()
+            if next_t < now:
+                next_t = now + self._interval_s - ((now - next_t) % self._interval_s)
+            await asyncio.sleep(next_t - now)
+
+    async def aclose(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                pass
