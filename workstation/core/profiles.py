@@ -2,11 +2,29 @@
 
 A profile's effective arguments are its parent's with its own changes applied: a flag
 it names replaces the parent's value for that flag; ``--no-<flag>`` removes ``--<flag>``.
+
+Presets:
+
+- ``vllm-defaults``, ``default`` (eager start), ``compiled``: the foundation's three;
+- ``throughput`` / ``latency``: general leanings for any model and platform;
+- ``ladder-1-mtp3`` … ``ladder-5-ssm-fp16``: the report's tuning ladder for a hybrid
+  Mamba–attention model with a multi-token-prediction head (CUDA only), each step a child
+  of the one before, so its diff against the parent is exactly the report's one change.
+
+User profiles live on disk (the tuning lab reads and writes them); this module only turns
+them into text and back (:func:`profile_to_toml`, :func:`profile_from_mapping`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+PLATFORMS = frozenset({"cpu", "cuda"})
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,7 +34,7 @@ class Profile:
     args: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     parent: str | None = None
-    platforms: frozenset[str] = field(default_factory=lambda: frozenset({"cpu", "cuda"}))
+    platforms: frozenset[str] = field(default_factory=lambda: PLATFORMS)
 
 
 def split_flags(args: tuple[str, ...] | list[str]) -> dict[str, list[str]]:
@@ -56,12 +74,14 @@ def apply_changes(base: list[str] | tuple[str, ...], changes: list[str] | tuple[
     for flag, values in split_flags(list(changes)).items():
         if flag.startswith("--no-"):
             merged.pop("--" + flag[5:], None)
+        else:
+            merged.pop("--no-" + flag[2:], None)
         merged.pop(flag, None)
         merged[flag] = values
     return join_flags(merged)
 
 
-def effective(profile: Profile, catalogue: dict[str, Profile]) -> tuple[list[str], dict[str, str]]:
+def effective(profile: Profile, catalogue: Mapping[str, Profile]) -> tuple[list[str], dict[str, str]]:
     """Arguments and environment of a profile after walking up its parents."""
     chain: list[Profile] = []
     seen: set[str] = set()
@@ -82,12 +102,180 @@ def effective(profile: Profile, catalogue: dict[str, Profile]) -> tuple[list[str
     return args, env
 
 
+def flatten(profile: Profile, catalogue: Mapping[str, Profile]) -> Profile:
+    """The same profile with its ancestry folded in (``parent=None``): what a launcher that
+    only knows the presets can run."""
+    args, env = effective(profile, catalogue)
+    return replace(profile, args=tuple(args), env=tuple(sorted(env.items())), parent=None)
+
+
+def derive(parent: Profile, name: str, description: str, args: tuple[str, ...] = (),
+           env: tuple[tuple[str, str], ...] = ()) -> Profile:
+    """A child of ``parent`` that makes one named change (the autotuner's step)."""
+    return Profile(name=name, description=description, args=args, env=env, parent=parent.name,
+                   platforms=parent.platforms)
+
+
 def diff_against_parent(profile: Profile) -> list[str]:
     """Human-readable lines: what this profile changes relative to its parent."""
     lines = [f"{flag} {' '.join(values)}".strip() for flag, values in split_flags(list(profile.args)).items()]
     lines += [f"env {k}={v}" for k, v in profile.env]
     return lines
 
+
+def describe_change(args: tuple[str, ...] | list[str], env: Mapping[str, str] | None = None) -> str:
+    """One line for a table: ``--max-num-seqs 64, env OMP_NUM_THREADS=1``."""
+    parts = [f"{flag} {' '.join(values)}".strip() for flag, values in split_flags(list(args)).items()]
+    parts += [f"env {k}={v}" for k, v in (env or {}).items()]
+    return ", ".join(parts) or "(no change)"
+
+
+# --------------------------------------------------------------------------- model traits
+MAMBA_FLAG_PREFIXES = ("--mamba-", "--enable-mamba-", "--no-enable-mamba-")
+
+
+def speculative_method(args: list[str] | tuple[str, ...]) -> tuple[str | None, int | None]:
+    """``(method, num_speculative_tokens)`` of ``--speculative-config``, or ``(None, None)``.
+
+    Raises ValueError when the value is not a JSON object."""
+    flags = split_flags(list(args))
+    values = flags.get("--speculative-config") or flags.get("-sc")
+    if not values:
+        return None, None
+    try:
+        config = json.loads(" ".join(values))
+    except ValueError as exc:
+        raise ValueError(f"--speculative-config is not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise ValueError("--speculative-config must be a JSON object")
+    n = config.get("num_speculative_tokens")
+    return (str(config["method"]) if config.get("method") else None), (int(n) if isinstance(n, int) else None)
+
+
+def required_traits(args: list[str] | tuple[str, ...]) -> set[str]:
+    """Model traits a set of flags needs: ``mamba`` (hybrid or pure SSM layers) and ``mtp``
+    (a multi-token-prediction head)."""
+    traits: set[str] = set()
+    for flag in split_flags(list(args)):
+        if flag.startswith(MAMBA_FLAG_PREFIXES):
+            traits.add("mamba")
+    try:
+        method, _ = speculative_method(args)
+    except ValueError:
+        method = None
+    if method is not None and (method == "mtp" or method.endswith("_mtp")):
+        traits.add("mtp")
+    return traits
+
+
+# --------------------------------------------------------------------------- to and from disk
+def profile_to_mapping(profile: Profile) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": profile.name, "description": profile.description}
+    if profile.parent:
+        out["parent"] = profile.parent
+    out["args"] = list(profile.args)
+    out["env"] = dict(profile.env)
+    out["platforms"] = sorted(profile.platforms)
+    return out
+
+
+def profile_from_mapping(data: Mapping[str, Any], *, name: str | None = None) -> Profile:
+    """Build a profile from a parsed TOML/JSON table; ValueError in plain words otherwise."""
+    name = str(data.get("name") or name or "")
+    if not _NAME.match(name):
+        raise ValueError(f"profile name {name!r} must be 1-64 letters, digits, '.', '_' or '-'")
+    args = data.get("args", [])
+    if isinstance(args, str):
+        args = args.split()
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise ValueError(f"profile {name!r}: 'args' must be a list of strings")
+    try:
+        split_flags(args)
+    except ValueError as exc:
+        raise ValueError(f"profile {name!r}: {exc}") from None
+    env = data.get("env", {})
+    if not isinstance(env, Mapping) or not all(isinstance(k, str) for k in env):
+        raise ValueError(f"profile {name!r}: 'env' must be a table of NAME = \"value\"")
+    platforms = data.get("platforms", sorted(PLATFORMS))
+    if isinstance(platforms, str):
+        platforms = [platforms]
+    unknown = set(platforms) - PLATFORMS
+    if unknown or not platforms:
+        raise ValueError(f"profile {name!r}: platforms must be among {sorted(PLATFORMS)}, got {platforms}")
+    parent = data.get("parent")
+    return Profile(
+        name=name,
+        description=str(data.get("description", "")),
+        args=tuple(args),
+        env=tuple((str(k), str(v)) for k, v in env.items()),
+        parent=str(parent) if parent else None,
+        platforms=frozenset(platforms),
+    )
+
+
+def _toml_str(value: str) -> str:
+    # A JSON string with non-ASCII escaped is a valid TOML basic string.
+    return json.dumps(value, ensure_ascii=True)
+
+
+def profile_to_toml(profile: Profile) -> str:
+    """A small, hand-editable TOML document (read back with ``tomllib``)."""
+    lines = [f"name = {_toml_str(profile.name)}", f"description = {_toml_str(profile.description)}"]
+    if profile.parent:
+        lines.append(f"parent = {_toml_str(profile.parent)}")
+    lines.append("platforms = [" + ", ".join(_toml_str(p) for p in sorted(profile.platforms)) + "]")
+    lines.append("args = [" + ", ".join(_toml_str(a) for a in profile.args) + "]")
+    lines.append("")
+    lines.append("[env]")
+    lines += [f"{_toml_str(k)} = {_toml_str(v)}" for k, v in profile.env]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- presets
+def _spec(method: str, n: int) -> str:
+    return json.dumps({"method": method, "num_speculative_tokens": n}, separators=(",", ":"))
+
+
+CUDA_ONLY = frozenset({"cuda"})
+
+LADDER: tuple[Profile, ...] = (
+    Profile(
+        "ladder-1-mtp3",
+        "report step 1: multi-token prediction, 3 speculative tokens, one OpenMP thread",
+        args=("--speculative-config", _spec("mtp", 3)),
+        env=(("OMP_NUM_THREADS", "1"),),
+        parent="vllm-defaults",
+        platforms=CUDA_ONLY,
+    ),
+    Profile(
+        "ladder-2-async",
+        "report step 2: the asynchronous scheduler (CPU scheduling overlaps GPU work)",
+        args=("--async-scheduling",),
+        parent="ladder-1-mtp3",
+        platforms=CUDA_ONLY,
+    ),
+    Profile(
+        "ladder-3-flashinfer",
+        "report step 3: Mamba kernels on FlashInfer (a big jump there; may be hardware-specific)",
+        args=("--mamba-backend", "flashinfer"),
+        parent="ladder-2-async",
+        platforms=CUDA_ONLY,
+    ),
+    Profile(
+        "ladder-4-mtp1",
+        "report step 4: MTP 3 -> 1 (a full GPU wastes extra guesses on verification)",
+        args=("--speculative-config", _spec("mtp", 1)),
+        parent="ladder-3-flashinfer",
+        platforms=CUDA_ONLY,
+    ),
+    Profile(
+        "ladder-5-ssm-fp16",
+        "report step 5: Mamba SSM state in FP16 with stochastic rounding (small quality risk)",
+        args=("--mamba-ssm-cache-dtype", "float16", "--enable-mamba-cache-stochastic-rounding"),
+        parent="ladder-4-mtp1",
+        platforms=CUDA_ONLY,
+    ),
+)
 
 PRESETS: dict[str, Profile] = {
     p.name: p
@@ -105,5 +293,21 @@ PRESETS: dict[str, Profile] = {
             args=("--no-enforce-eager",),
             parent="default",
         ),
+        Profile(
+            "throughput",
+            "leans to aggregate tok/s at high concurrency: doubled batch limits, "
+            "tokens streamed in groups of 4 (less host work per token)",
+            args=("--performance-mode", "throughput", "--stream-interval", "4"),
+            parent="compiled",
+        ),
+        Profile(
+            "latency",
+            "leans to short per-request latency: small prefill chunks so running streams "
+            "are not held up, smaller batches; fine-grained CUDA graphs on a GPU",
+            args=("--performance-mode", "interactivity", "--max-num-batched-tokens", "1024",
+                  "--max-num-seqs", "64"),
+            parent="compiled",
+        ),
+        *LADDER,
     )
 }
