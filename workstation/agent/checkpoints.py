@@ -1,0 +1,213 @@
+"""Checkpoints: every change to files becomes a commit on a private ref of the session.
+
+``refs/workstation/<session>/checkpoints`` holds a chain of commits made through a
+temporary index (``GIT_INDEX_FILE``), so neither the user's branch, the session's ``ws/…``
+branch, the user's index nor the working tree is touched. Each commit message carries the
+length of the agent's message history at that moment (a ``Workstation-Message-Index``
+trailer), so the conversation can be restored with the files.
+
+Git runs as short-lived subprocesses (GitPython leaks helpers in long-running processes),
+bounded per event loop, killed with their process group when the caller is cancelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import signal
+import tempfile
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+INDEX_TRAILER = "Workstation-Message-Index"
+GIT_TIMEOUT_S = 120.0
+MAX_PARALLEL_GIT = 4
+
+_limits: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+class CheckpointError(Exception):
+    """A git operation of the checkpoint store failed; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    commit: str
+    label: str
+    message_index: int
+    created_at: int
+    """Unix time of the commit."""
+
+
+def ref_for(session_id: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "-", session_id).strip(".-") or "session"
+    return f"refs/workstation/{safe}/checkpoints"
+
+
+def _git_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
+    env.update(
+        GIT_AUTHOR_NAME="workstation agent", GIT_AUTHOR_EMAIL="agent@workstation.invalid",
+        GIT_COMMITTER_NAME="workstation agent", GIT_COMMITTER_EMAIL="agent@workstation.invalid",
+        GIT_TERMINAL_PROMPT="0", GIT_OPTIONAL_LOCKS="0", LC_ALL="C",
+    )
+    if extra:
+        env.update(extra)
+    return env
+
+
+async def git(
+    cwd: Path, *args: str, env: dict[str, str] | None = None, check: bool = True,
+    input_bytes: bytes | None = None,
+) -> str:
+    """Run ``git -C cwd args…``; returns stdout (stripped of the final newline)."""
+    loop = asyncio.get_running_loop()
+    sem = _limits.get(loop)
+    if sem is None:
+        sem = _limits[loop] = asyncio.Semaphore(MAX_PARALLEL_GIT)
+    async with sem:
+        proc = await asyncio.create_subprocess_exec(
+            "git", "-C", str(cwd), *args, env=_git_env(env),
+            stdin=asyncio.subprocess.PIPE if input_bytes is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+        )
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(input_bytes), timeout=GIT_TIMEOUT_S)
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(Exception):
+                await asyncio.shield(proc.wait())
+            raise
+    if check and proc.returncode != 0:
+        detail = err.decode(errors="replace").strip().splitlines()
+        raise CheckpointError(f"git {args[0]} failed: {detail[-1] if detail else proc.returncode}")
+    return out.decode(errors="replace").rstrip("\n")
+
+
+class CheckpointStore:
+    """Checkpoint commits of one session in the repository that holds ``root``."""
+
+    def __init__(self, root: str | os.PathLike[str], session_id: str) -> None:
+        self.root = Path(root)
+        self.session_id = session_id
+        self.ref = ref_for(session_id)
+        self._top: Path | None = None
+        self._available: bool | None = None
+        self._lock: asyncio.Lock | None = None
+
+    async def available(self) -> bool:
+        """Whether ``root`` is inside a git work tree (checkpoints need one)."""
+        if self._available is None:
+            try:
+                top = await git(self.root, "rev-parse", "--show-toplevel")
+                self._top = Path(top)
+                self._available = True
+            except (CheckpointError, OSError):
+                self._available = False
+        return self._available
+
+    async def _head(self) -> str | None:
+        out = await git(self._top or self.root, "rev-parse", "--verify", "-q", "HEAD^{commit}", check=False)
+        return out or None
+
+    async def latest(self) -> str | None:
+        out = await git(self._top or self.root, "rev-parse", "--verify", "-q", self.ref + "^{commit}", check=False)
+        return out or None
+
+    async def _snapshot_tree(self, tmp: Path) -> str:
+        """The tree of the working tree now (tracked + untracked, not ignored)."""
+        assert self._top is not None
+        index = tmp / "index"
+        real_index = await git(self._top, "rev-parse", "--path-format=absolute", "--git-path", "index")
+        if os.path.isfile(real_index):
+            shutil.copyfile(real_index, index)  # its stat cache spares rehashing every file
+        env = {"GIT_INDEX_FILE": str(index)}
+        await git(self._top, "add", "-A", "--", ".", env=env)
+        return await git(self._top, "write-tree", env=env)
+
+    async def create(self, label: str, message_index: int, *, force: bool = False) -> Checkpoint | None:
+        """Commit the working tree onto the session's ref; None when nothing changed."""
+        if not await self.available():
+            return None
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            assert self._top is not None
+            parent = await self.latest() or await self._head()
+            tmp = Path(tempfile.mkdtemp(prefix="ws-ckpt-"))
+            try:
+                tree = await self._snapshot_tree(tmp)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+            if parent is not None and not force:
+                parent_tree = await git(self._top, "rev-parse", parent + "^{tree}")
+                if parent_tree == tree and await self.latest() is not None:
+                    return None
+            message = f"{label}\n\n{INDEX_TRAILER}: {message_index}\n"
+            args = ["commit-tree", tree] + (["-p", parent] if parent else [])
+            commit = await git(self._top, *args, input_bytes=message.encode())
+            old = await self.latest()
+            await git(self._top, "update-ref", "-m", f"checkpoint: {label[:60]}", self.ref, commit,
+                      old or "0" * 40)
+            stamp = await git(self._top, "show", "-s", "--format=%ct", commit)
+            return Checkpoint(commit, label, message_index, int(stamp or 0))
+
+    async def list(self) -> list[Checkpoint]:
+        """This session's checkpoints, oldest first."""
+        if not await self.available() or await self.latest() is None:
+            return []
+        out = await git(self._top or self.root, "log", "--first-parent",
+                        "--format=%H%x1f%ct%x1f%s%x1f%b%x1e", self.ref)
+        result: list[Checkpoint] = []
+        for record in out.split("\x1e"):
+            fields = record.strip("\n").split("\x1f")
+            if len(fields) < 4:
+                continue
+            commit, stamp, subject, body = fields[:4]
+            m = re.search(rf"^{INDEX_TRAILER}:\s*(\d+)", body, re.M)
+            if m is None:
+                break  # below the first checkpoint: the branch's own history
+            result.append(Checkpoint(commit, subject, int(m.group(1)), int(stamp or 0)))
+        result.reverse()
+        return result
+
+    async def get(self, commit: str) -> Checkpoint:
+        for cp in await self.list():
+            if cp.commit == commit or cp.commit.startswith(commit):
+                return cp
+        raise CheckpointError(f"{commit} is not a checkpoint of session {self.session_id}")
+
+    async def restore_files(self, commit: str, message_index: int) -> Checkpoint | None:
+        """Make the working tree match ``commit`` (ignored files stay as they are).
+
+        Takes a checkpoint of the current state first (returned), so a restore can be undone.
+        Files created after ``commit`` are deleted; changed and deleted ones come back.
+        """
+        if not await self.available():
+            raise CheckpointError("checkpoints need a git repository")
+        target = (await self.get(commit)).commit
+        before = await self.create("before restore", message_index, force=True)
+        assert self._top is not None and before is not None
+        now_files = set((await git(self._top, "ls-tree", "-r", "-z", "--name-only", before.commit)).split("\0"))
+        old_files = set((await git(self._top, "ls-tree", "-r", "-z", "--name-only", target)).split("\0"))
+        for rel in sorted(now_files - old_files - {""}):
+            path = self._top / rel
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            parent = path.parent
+            while parent != self._top and parent.is_dir() and not any(parent.iterdir()):
+                parent.rmdir()
+                parent = parent.parent
+        tmp = Path(tempfile.mkdtemp(prefix="ws-restore-"))
+        try:
+            env = {"GIT_INDEX_FILE": str(tmp / "index")}
+            await git(self._top, "read-tree", target, env=env)
+            await git(self._top, "checkout-index", "-a", "-f", env=env)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return before

@@ -1,0 +1,205 @@
+"""``execute_command``: one shell command in the session's directory, bounded and killable.
+
+- Its own process group (``start_new_session``); on timeout, stop or cancellation the
+  whole group gets SIGTERM, then SIGKILL after a grace period — children included.
+- No stdin (``/dev/null``), no pager, no terminal prompts; secrets scrubbed from the
+  environment (names with KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL … and known ones).
+- Output (stdout and stderr merged) streams to a callback as it comes; what the model
+  sees is capped: the head and the tail, with the middle elided.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shutil
+import signal
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+_SECRET_NAME = re.compile(
+    r"(KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIAL|PRIVATE|COOKIE|SESSION|AUTH|_PAT$|^PAT_)", re.I
+)
+_SECRET_EXACT = frozenset({
+    "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "GITHUB_TOKEN", "GH_TOKEN",
+    "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "VLLM_API_KEY",
+    "NPM_TOKEN", "PYPI_TOKEN", "DOCKER_PASSWORD", "SSH_AUTH_SOCK", "GPG_AGENT_INFO",
+    "KUBECONFIG", "DATABASE_URL",
+})
+_KEEP = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE",
+                   "TZ", "TMPDIR", "TERM", "PWD", "VIRTUAL_ENV", "PYTHONPATH", "XDG_RUNTIME_DIR"})
+
+
+def scrubbed_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default ``os.environ``) without secrets, set up for non-interactive use."""
+    env: dict[str, str] = {}
+    for name, value in (os.environ if base is None else base).items():
+        if name in _KEEP:
+            env[name] = value
+            continue
+        if name in _SECRET_EXACT or _SECRET_NAME.search(name) or name.startswith("WORKSTATION_"):
+            continue
+        env[name] = value
+    env.update(
+        PAGER="cat", GIT_PAGER="cat", GIT_TERMINAL_PROMPT="0", GIT_ASKPASS="true",
+        SSH_ASKPASS="true", TERM="dumb", NO_COLOR="1", PYTHONUNBUFFERED="1",
+        DEBIAN_FRONTEND="noninteractive", CI="1",
+    )
+    return env
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    exit_code: int | None
+    """None when it was killed (timeout or stop)."""
+    output: str
+    """Head and tail of the merged output (capped)."""
+    timed_out: bool
+    duration_s: float
+    total_chars: int
+
+    def for_model(self, command: str, timeout_s: float) -> str:
+        body = self.output if self.output.strip() else "(no output)"
+        if self.timed_out:
+            return (f"The command timed out after {timeout_s:g} s and was killed (with its child "
+                    f"processes). Output so far:\n{body}")
+        return f"Exit code: {self.exit_code}\nOutput:\n{body}"
+
+
+class OutputCap:
+    """Keeps the first ``head`` and the last ``tail`` characters of a stream."""
+
+    def __init__(self, max_chars: int) -> None:
+        self.head_cap = max_chars // 3
+        self.tail_cap = max_chars - self.head_cap
+        self.head: list[str] = []
+        self.head_len = 0
+        self.tail = ""
+        self.total = 0
+
+    def add(self, text: str) -> None:
+        self.total += len(text)
+        if self.head_len < self.head_cap:
+            take = text[: self.head_cap - self.head_len]
+            self.head.append(take)
+            self.head_len += len(take)
+            text = text[len(take):]
+        if text:
+            self.tail = (self.tail + text)[-self.tail_cap:]
+
+    def text(self) -> str:
+        head = "".join(self.head)
+        kept = len(head) + len(self.tail)
+        if self.total > kept:
+            return f"{head}\n[… {self.total - kept:,} characters omitted …]\n{self.tail}"
+        return head + self.tail
+
+
+def _shell() -> list[str]:
+    bash = shutil.which("bash")
+    return [bash, "-c"] if bash else ["/bin/sh", "-c"]
+
+
+async def _kill_group(proc: asyncio.subprocess.Process, grace_s: float) -> None:
+    if proc.returncode is not None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # stragglers left in the group
+        return
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            break
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=wait_s)
+            break
+        except asyncio.TimeoutError:
+            continue
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+async def run_command(
+    command: str,
+    cwd: str,
+    *,
+    timeout_s: float,
+    max_output_chars: int,
+    on_output: Callable[[str], None] | None = None,
+    kill_grace_s: float = 2.0,
+    env: Mapping[str, str] | None = None,
+) -> CommandResult:
+    """Run ``command`` through the shell in ``cwd``; cancellation kills its process group."""
+    started = time.monotonic()
+    proc = await asyncio.create_subprocess_exec(
+        *_shell(), command, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        env=dict(env) if env is not None else scrubbed_environment(), start_new_session=True,
+    )
+    cap = OutputCap(max_output_chars)
+    decoder_tail = b""
+
+    async def read_output() -> None:
+        nonlocal decoder_tail
+        assert proc.stdout is not None
+        while True:
+            chunk = await proc.stdout.read(65536)
+            if not chunk:
+                return
+            data = decoder_tail + chunk
+            try:
+                text = data.decode("utf-8")
+                decoder_tail = b""
+            except UnicodeDecodeError as exc:
+                if exc.start >= len(data) - 3:  # a character cut at the chunk's end
+                    text, decoder_tail = data[: exc.start].decode("utf-8"), data[exc.start:]
+                else:
+                    text, decoder_tail = data.decode("utf-8", errors="replace"), b""
+            if text:
+                cap.add(text)
+                if on_output is not None:
+                    on_output(text)
+
+    async def pump() -> None:
+        reader = asyncio.create_task(read_output(), name=f"command-output-{proc.pid}")
+        try:
+            # asyncio's wait() also waits for the pipe to close, which a background child
+            # can hold open for ever: watch the shell's exit status instead.
+            while proc.returncode is None and not reader.done():
+                await asyncio.wait({reader}, timeout=0.1)
+            if not reader.done():  # the shell is gone, a child holds the pipe: drain, then end it
+                done, _ = await asyncio.wait({reader}, timeout=1.0)
+                if not done:
+                    with contextlib.suppress(ProcessLookupError, PermissionError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    await asyncio.wait({reader}, timeout=2.0)
+            await proc.wait()
+        finally:
+            if not reader.done():
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await reader
+
+    timed_out = False
+    try:
+        try:
+            await asyncio.wait_for(pump(), timeout=timeout_s)
+        except asyncio.TimeoutError:
+            timed_out = True
+            await _kill_group(proc, kill_grace_s)
+    except BaseException:
+        await asyncio.shield(_kill_group(proc, kill_grace_s))
+        raise
+    # the shell exited; children it left behind in the group must not outlive the call
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    return CommandResult(
+        exit_code=None if timed_out else proc.returncode,
+        output=cap.text(),
+        timed_out=timed_out,
+        duration_s=time.monotonic() - started,
+        total_chars=cap.total,
+    )

@@ -1,0 +1,72 @@
+"""Settings of one agent (per session), as one frozen dataclass."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+from workstation.core.agent_events import AgentMode
+from workstation.core.approvals import ApprovalPolicy
+
+
+class ProtocolChoice(str, Enum):
+    """Which tool-call protocol to use; ``auto`` picks per endpoint and model."""
+
+    AUTO = "auto"
+    NATIVE = "native"
+    TOOL_ONLY = "tool_only"
+    TEXT = "text"
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    """How one agent behaves. Budgets count per ``Agent.run()`` call."""
+
+    mode: AgentMode = AgentMode.ACT
+    protocol: ProtocolChoice = ProtocolChoice.AUTO
+    """``auto``: text blocks where the endpoint has no tool support, tool-only for weak
+    models (``weak_model_patterns``), native otherwise; falls back when the server refuses."""
+    weak_model_patterns: tuple[str, ...] = ("smollm",)
+    """Model names containing one of these (case-insensitive) get the tool-only protocol."""
+    escalate_after_text_turns: int = 2
+    """Native protocol: after this many replies in a row without a tool call, require tools."""
+    approval: ApprovalPolicy = field(default_factory=ApprovalPolicy)
+    user_present: bool = True
+    """False (headless): questions are answered "decide yourself" at once, and run() returns
+    instead of waiting when the mistakes limit is reached."""
+    temperature: float | None = None
+    """None leaves the server's default."""
+    max_tokens_per_turn: int = 2048
+    context_window_tokens: int = 8192
+    """The model's context length (vLLM's ``max_model_len``)."""
+    condense_at_fraction: float = 0.75
+    """Condense older turns into a summary when the history passes this share of the window."""
+    keep_recent_exchanges: int = 2
+    """Model turns (with their tool results) kept verbatim when condensing."""
+    max_turns: int = 50
+    """Model turns per run() before it returns ``budget_exhausted``."""
+    max_total_tokens: int | None = None
+    """Prompt + completion tokens per run() before it returns ``budget_exhausted``."""
+    max_consecutive_mistakes: int = 3
+    command_timeout_s: float = 120.0
+    command_kill_grace_s: float = 2.0
+    command_output_max_chars: int = 12_000
+    """Command output kept for the model: head and tail, the middle elided."""
+    read_max_bytes: int = 400_000
+    """Files larger than this are refused by read_file unless a line range is given."""
+    max_tool_result_chars: int = 24_000
+    """Upper bound of any tool result; also capped at ~a quarter of the context window."""
+    search_max_results: int = 200
+    list_max_entries: int = 400
+    checkpoints: bool = True
+    """Commit every change to a private ref (needs a git repository)."""
+    max_retries: int = 3
+    """Retries of a model turn after a retryable engine error (429/5xx, broken stream)."""
+    retry_backoff_s: float = 1.0
+    environment_listing_entries: int = 60
+    """Files listed in the first message's environment details."""
+
+    def result_char_cap(self) -> int:
+        """Largest tool result the model sees, given the context window."""
+        by_window = int(self.context_window_tokens * 0.25 * 3)
+        return max(2_000, min(self.max_tool_result_chars, by_window))

@@ -1,0 +1,717 @@
+"""The agent: system prompt + task → model turn → tool calls → results → next turn.
+
+See the package docstring (``workstation/agent/__init__.py``) for the API in one page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workstation.agent import prompts
+from workstation.agent.checkpoints import Checkpoint, CheckpointError, CheckpointStore
+from workstation.agent.config import AgentConfig
+from workstation.agent.context import build_condensed, facts_summary, plan_condense, trim_tool_results
+from workstation.agent.history import (
+    AgentSnapshot, Message, estimate_tokens, message_json, messages_json, repair_history,
+)
+from workstation.agent.jail import JailError, PathJail
+from workstation.agent.protocols import (
+    ReplyCalls, choose_protocol, is_context_overflow, is_tool_refusal, native_reply,
+    request_fields, step_down, system_prompt, text_reply, tool_result_message,
+)
+from workstation.agent.tool_specs import (
+    OPENAI_TOOLS, SPECS_BY_NAME, TOOL_NAMES, ToolArgumentError, ToolError, canonical_tool_name,
+    normalize_arguments, summarize_call,
+)
+from workstation.agent.toolbox import Toolbox
+from workstation.agent.toolcalls import RawCall, ToolCallAccumulator
+from workstation.core import agent_events as ev
+from workstation.core.agent_events import AgentMode, AgentState, RunStatus, ToolProtocol
+from workstation.core.approvals import ApprovalDecision, ApprovalRequest, ToolCategory
+from workstation.core.errors import UserError
+from workstation.engine.chat_client import ChatClient, EngineHTTPError, EngineUnreachable, Usage
+
+log = logging.getLogger(__name__)
+
+Approver = Callable[[ApprovalRequest], Awaitable[ApprovalDecision]]
+"""Decides one approval request; may take as long as a person needs."""
+SlotFactory = Callable[[], AbstractAsyncContextManager[Any]]
+"""Returns an async context manager held around each model turn (the fleet's cap)."""
+
+_TOOLS_TOKENS = len(message_json({"t": list(OPENAI_TOOLS)})) // 3
+_request_ids = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentOutcome:
+    """Why ``run()`` returned, and what came of it."""
+
+    status: RunStatus
+    message: str
+    result: str = ""
+    """``attempt_completion``'s result (completed)."""
+    question: str = ""
+    """The question asked (needs_input after ``ask_followup_question``)."""
+    options: tuple[str, ...] = ()
+    turns: int = 0
+    """Model turns in this run."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is RunStatus.COMPLETED
+
+
+class _TurnFailed(Exception):
+    pass
+
+
+def _protocol_of(history: list[Message]) -> ToolProtocol | None:
+    """The protocol a persisted history was written in, where it shows (text has its own prompt)."""
+    if history and history[0].get("role") == "system" and history[0].get("content") == system_prompt(ToolProtocol.TEXT):
+        return ToolProtocol.TEXT
+    return None
+
+
+_STATE_FOR = {
+    RunStatus.COMPLETED: AgentState.DONE, RunStatus.NEEDS_INPUT: AgentState.NEEDS_INPUT,
+    RunStatus.STOPPED: AgentState.STOPPED, RunStatus.BUDGET_EXHAUSTED: AgentState.FAILED,
+    RunStatus.FAILED: AgentState.FAILED,
+}
+
+
+class Agent:
+    """One coding agent working in ``root`` on ``task``. See the package docstring."""
+
+    def __init__(
+        self,
+        session_id: str,
+        root: str | Path,
+        task: str,
+        client: ChatClient,
+        config: AgentConfig | None = None,
+        *,
+        on_event: Callable[[ev.AgentEvent], None] | None = None,
+        approver: Approver | None = None,
+        generation_slot: SlotFactory | None = None,
+        snapshot: AgentSnapshot | None = None,
+        history: list[Message] | None = None,
+    ) -> None:
+        self.session_id = session_id
+        self.task = task
+        self.client = client
+        self.config = config or AgentConfig()
+        try:
+            self.jail = PathJail(root)
+        except JailError as exc:
+            raise UserError(str(exc)) from None
+        self.root = self.jail.root
+        self._on_event = on_event
+        self._approver = approver
+        self._slot = generation_slot
+        self._toolbox = Toolbox(self.jail, self.config)
+        self.checkpoints: CheckpointStore | None = (
+            CheckpointStore(self.root, session_id) if self.config.checkpoints else None
+        )
+        self._state = AgentState.IDLE
+        self._mode = self.config.mode
+        self._protocol: ToolProtocol | None = None
+        self._messages: list[Message] = []
+        self._turns = 0
+        self._mistakes = 0
+        self._no_tool_streak = 0
+        self._pending_question: str | None = None
+        self._question: tuple[str, tuple[str, ...]] = ("", ())
+        self._completed = False
+        self._needs_input = False
+        self._last_result = ""
+        self._context_tokens = 0
+        self._usage_len = 0
+        self._inbox: list[str] = []
+        self._files_read: list[str] = []
+        self._files_changed: list[str] = []
+        self._commands_run: list[str] = []
+        self._pause_requested = False
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+        self._stop_requested = False
+        self._run_task: asyncio.Task[Any] | None = None
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._baseline_done = False
+        self._last_finish = ""
+        self._run_prompt = self._run_completion = self._run_turns = 0
+        self._needs_repair = False
+        if snapshot is not None:
+            self._load(snapshot)
+        elif history:
+            self._load(AgentSnapshot(session_id, list(history), mode=self._mode,
+                                     protocol=_protocol_of(history)))
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def state(self) -> AgentState:
+        return self._state
+
+    @property
+    def mode(self) -> AgentMode:
+        return self._mode
+
+    @property
+    def protocol(self) -> ToolProtocol | None:
+        return self._protocol
+
+    @property
+    def messages(self) -> list[Message]:
+        """A copy of the history the agent sends (OpenAI chat messages)."""
+        return [dict(m) for m in self._messages]
+
+    @property
+    def running(self) -> bool:
+        return self._run_task is not None
+
+    @property
+    def context_tokens(self) -> int:
+        return self._estimate_context()
+
+    async def run(self) -> AgentOutcome:
+        """Work until completed, a question, the mistakes limit, a budget, stop or failure."""
+        if self._run_task is not None:
+            raise RuntimeError(f"agent {self.session_id} is already running")
+        task = asyncio.current_task()
+        assert task is not None
+        self._run_task = task
+        self._idle.clear()
+        self._stop_requested = False
+        self._run_prompt = self._run_completion = self._run_turns = 0
+        try:
+            try:
+                outcome = await self._run()
+            except asyncio.CancelledError:
+                if not self._stop_requested:
+                    self._repair_tail()
+                    raise
+                task.uncancel()
+                self._repair_tail()
+                outcome = self._outcome(RunStatus.STOPPED, "stopped by the user")
+            except _TurnFailed as exc:
+                outcome = self._outcome(RunStatus.FAILED, str(exc))
+            except Exception as exc:  # a bug must end this session, not the app
+                log.exception("agent %s crashed", self.session_id)
+                self._repair_tail()
+                outcome = self._outcome(RunStatus.FAILED, f"internal error: {exc!r}")
+        finally:
+            self._run_task = None
+            self._idle.set()
+        self._set_state(_STATE_FOR[outcome.status], outcome.message)
+        self._emit(ev.RunFinished(self.session_id, outcome.status, outcome.message, outcome.turns,
+                                  outcome.prompt_tokens, outcome.completion_tokens))
+        return outcome
+
+    def pause(self) -> None:
+        """Pause at the next step boundary (before a model turn or a tool call)."""
+        self._pause_requested = True
+        self._resumed.clear()
+
+    def resume(self) -> None:
+        """Continue after :meth:`pause`."""
+        self._pause_requested = False
+        self._resumed.set()
+
+    def stop(self) -> None:
+        """Stop now: cancel the model turn, kill running commands' process groups.
+
+        ``run()`` then returns ``stopped``; the history stays consistent (a tool call cut
+        short gets an "interrupted" result).
+        """
+        self._stop_requested = True
+        self._resumed.set()
+        if self._run_task is not None and not self._run_task.done():
+            self._run_task.cancel()
+
+    async def aclose(self) -> None:
+        """Stop and wait until ``run()`` has returned."""
+        self.stop()
+        await self._idle.wait()
+
+    def reply(self, text: str) -> None:
+        """The user's answer to a question, or feedback; call ``run()`` again to continue.
+
+        While the agent runs, the text is queued and sent before its next model turn.
+        """
+        if self._run_task is not None or not self._messages:
+            self._inbox.append(prompts.user_feedback(text))
+            self._emit(ev.UserMessageAdded(self.session_id, text))
+            return
+        if self._needs_repair:
+            self._repair_tail()
+        if self._pending_question is not None:
+            call = RawCall(self._pending_question, "ask_followup_question", "{}")
+            answer = prompts.question_answer(text)
+            self._append(tool_result_message(self._protocol or ToolProtocol.NATIVE, call, {}, answer))
+            self._emit(ev.ToolCallFinished(self.session_id, call.id, call.name, "ok", answer))
+            self._pending_question = None
+        else:
+            self._append({"role": "user", "content": prompts.user_feedback(text)})
+        self._emit(ev.UserMessageAdded(self.session_id, text))
+        self._mistakes = 0
+        self._needs_input = False
+        self._completed = False
+
+    def set_mode(self, mode: AgentMode) -> None:
+        """Switch Plan/Act; the model is told before its next turn."""
+        if mode is self._mode:
+            return
+        self._mode = mode
+        self._emit(ev.ModeChanged(self.session_id, mode))
+        if self._messages:
+            self._inbox.append(prompts.mode_switch_message(mode))
+
+    def snapshot(self) -> AgentSnapshot:
+        """What to persist to resume this agent later (see :class:`AgentSnapshot`)."""
+        return AgentSnapshot(
+            session_id=self.session_id, messages=self.messages, mode=self._mode,
+            protocol=self._protocol, turns=self._turns, pending_question_call=self._pending_question,
+            completed=self._completed, needs_input=self._needs_input,
+            context_tokens=self._estimate_context(), files_read=list(self._files_read),
+            files_changed=list(self._files_changed), commands_run=list(self._commands_run),
+        )
+
+    async def list_checkpoints(self) -> list[Checkpoint]:
+        return await self.checkpoints.list() if self.checkpoints else []
+
+    async def restore_checkpoint(self, commit: str, *, files: bool = True, conversation: bool = True) -> None:
+        """Restore the files, the conversation, or both, to a checkpoint (not while running)."""
+        if self._run_task is not None:
+            raise RuntimeError("stop or wait for the agent before restoring a checkpoint")
+        if self.checkpoints is None or not await self.checkpoints.available():
+            raise UserError("this session has no checkpoints (not a git repository, or disabled)")
+        try:
+            cp = await self.checkpoints.get(commit)
+            if files:
+                await self.checkpoints.restore_files(cp.commit, len(self._messages))
+        except CheckpointError as exc:
+            raise UserError(str(exc)) from None
+        if conversation:
+            repaired = repair_history(self._messages[: cp.message_index], self._protocol)
+            self._replace_history(repaired.messages)
+            self._pending_question = repaired.pending_question_call
+            self._completed = self._needs_input = False
+            self._mistakes = 0
+        elif files:
+            self._append({"role": "user", "content": prompts.restored_files_message(cp.label)})
+        self._emit(ev.CheckpointRestored(self.session_id, cp.commit, files, conversation))
+
+    # ------------------------------------------------------------------ internals: plumbing
+    def _emit(self, event: ev.AgentEvent) -> None:
+        if self._on_event is None:
+            return
+        try:
+            self._on_event(event)
+        except Exception:  # a broken listener must not break the agent
+            log.exception("agent event listener failed on %s", type(event).__name__)
+
+    def _set_state(self, new: AgentState, detail: str = "") -> None:
+        old = self._state
+        if new is old:
+            return
+        self._state = new
+        self._emit(ev.AgentStateChanged(self.session_id, old, new, detail))
+
+    def _append(self, message: Message) -> None:
+        self._messages.append(message)
+        self._emit(ev.MessageAppended(self.session_id, len(self._messages) - 1, message["role"],
+                                      message_json(message)))
+
+    def _replace_history(self, messages: list[Message]) -> None:
+        self._messages = list(messages)
+        self._context_tokens = 0
+        self._usage_len = 0
+        self._emit(ev.HistoryReplaced(self.session_id, messages_json(self._messages)))
+
+    def _outcome(self, status: RunStatus, message: str, **kw: Any) -> AgentOutcome:
+        return AgentOutcome(status, message, turns=self._run_turns, prompt_tokens=self._run_prompt,
+                            completion_tokens=self._run_completion, **kw)
+
+    def _load(self, snap: AgentSnapshot) -> None:
+        self._mode = snap.mode
+        self._protocol = snap.protocol
+        self._turns = snap.turns
+        self._completed = snap.completed
+        self._needs_input = snap.needs_input
+        self._files_read = list(snap.files_read)
+        self._files_changed = list(snap.files_changed)
+        self._commands_run = list(snap.commands_run)
+        self._messages = [dict(m) for m in snap.messages]
+        self._pending_question = snap.pending_question_call
+        self._baseline_done = bool(snap.messages)
+        if not self._completed and self._messages and self._messages[-1].get("content") == prompts.COMPLETION_ACK:
+            self._completed = True
+        self._needs_repair = True  # done (with events) when the agent is first used
+
+    def _repair_tail(self) -> None:
+        """Give every tool call without a result an "interrupted" result (with events)."""
+        self._needs_repair = False
+        repaired = repair_history(self._messages, self._protocol)
+        if repaired.messages[: len(self._messages)] == self._messages:
+            for message in repaired.messages[len(self._messages):]:
+                self._append(message)
+        else:
+            self._replace_history(repaired.messages)
+        for cid in repaired.interrupted:
+            self._emit(ev.ToolCallFinished(self.session_id, cid, "", "interrupted", prompts.INTERRUPTED_RESULT))
+        if repaired.interrupted:
+            log.info("agent %s: %d interrupted tool call(s) reported to the model",
+                     self.session_id, len(repaired.interrupted))
+        if repaired.pending_question_call and self._pending_question is None and not self._stop_requested:
+            self._pending_question = repaired.pending_question_call
+
+    def _estimate_context(self) -> int:
+        if self._usage_len == 0:
+            tools = _TOOLS_TOKENS if self._protocol is not ToolProtocol.TEXT else 0
+            return estimate_tokens(self._messages) + tools
+        return self._context_tokens + estimate_tokens(self._messages[self._usage_len:])
+
+    async def _between_steps(self) -> None:
+        """Honour pause (and a stop that came while paused) at a step boundary."""
+        if self._pause_requested and not self._stop_requested:
+            before = self._state
+            self._set_state(AgentState.PAUSED, "paused by the user")
+            await self._resumed.wait()
+            self._set_state(before)
+
+    # ------------------------------------------------------------------ internals: the loop
+    async def _run(self) -> AgentOutcome:
+        if self._needs_repair:
+            self._repair_tail()
+        if self._protocol is None:
+            self._protocol, why = choose_protocol(self.config.protocol, self.client.endpoint,
+                                                  self.config.weak_model_patterns)
+            self._emit(ev.ProtocolSelected(self.session_id, self._protocol, why))
+        if not self._messages:
+            await self._start_conversation()
+        if not self._inbox:
+            if self._pending_question is not None:
+                question, options = self._question
+                return self._outcome(RunStatus.NEEDS_INPUT, "waiting for the answer to a question",
+                                     question=question, options=options)
+            if self._completed:
+                return self._outcome(RunStatus.COMPLETED, "the task is complete", result=self._last_result)
+            if self._needs_input:
+                return self._outcome(RunStatus.NEEDS_INPUT, "waiting for the user after repeated mistakes")
+        if not self._baseline_done:
+            self._baseline_done = True
+            await self._checkpoint("session start")
+        cfg = self.config
+        while True:
+            await self._between_steps()
+            for note in self._inbox:
+                self._append({"role": "user", "content": note})
+            self._inbox.clear()
+            if self._run_turns >= cfg.max_turns:
+                return self._outcome(RunStatus.BUDGET_EXHAUSTED, f"reached the limit of {cfg.max_turns} model turns")
+            if cfg.max_total_tokens is not None and self._run_prompt + self._run_completion >= cfg.max_total_tokens:
+                return self._outcome(RunStatus.BUDGET_EXHAUSTED, f"reached the token budget of {cfg.max_total_tokens:,}")
+            if self._estimate_context() > cfg.condense_at_fraction * cfg.context_window_tokens:
+                await self._condense()
+            reply = await self._model_turn()
+            outcome = await self._handle_reply(reply)
+            if outcome is not None:
+                return outcome
+
+    async def _start_conversation(self) -> None:
+        assert self._protocol is not None
+        listing = await self._toolbox.environment_listing(self.config.environment_listing_entries)
+        self._append({"role": "system", "content": system_prompt(self._protocol)})
+        self._append({"role": "user", "content": prompts.task_message(self.task, self._mode, listing)})
+
+    def _switch_protocol(self, new: ToolProtocol, why: str) -> None:
+        old = self._protocol
+        self._protocol = new
+        self._emit(ev.ProtocolSelected(self.session_id, new, why))
+        if old is not None and system_prompt(old) != system_prompt(new) and self._messages:
+            self._replace_history([{"role": "system", "content": system_prompt(new)}, *self._messages[1:]])
+
+    def _max_tokens(self) -> int:
+        room = self.config.context_window_tokens - self._estimate_context() - 64
+        return max(256, min(self.config.max_tokens_per_turn, room))
+
+    async def _model_turn(self) -> ReplyCalls:
+        cfg = self.config
+        attempt = 0
+        condensed_for_overflow = False
+        while True:
+            self._set_state(AgentState.WAITING_SLOT if self._slot else AgentState.GENERATING)
+            try:
+                slot = self._slot() if self._slot is not None else contextlib.nullcontext()
+                async with slot:
+                    self._set_state(AgentState.GENERATING)
+                    return await self._stream_turn()
+            except EngineHTTPError as exc:
+                status, text = exc.status, str(exc)
+                nxt = step_down(self._protocol) if self._protocol else None
+                if is_tool_refusal(status, text) and nxt is not None:
+                    self._switch_protocol(nxt, f"the server refused the {self._protocol.value} request: {text[:160]}")
+                    continue
+                if is_context_overflow(status, text) and not condensed_for_overflow:
+                    condensed_for_overflow = True
+                    await self._condense(force=True)
+                    continue
+                retryable = exc.retryable or status is None
+            except EngineUnreachable as exc:
+                text, retryable = str(exc), True
+            if not retryable or attempt >= cfg.max_retries:
+                self._emit(ev.ErrorOccurred(self.session_id, text, retrying=False))
+                raise _TurnFailed(text)
+            attempt += 1
+            self._emit(ev.ErrorOccurred(self.session_id, text, retrying=True))
+            await asyncio.sleep(cfg.retry_backoff_s * (2 ** (attempt - 1)))
+
+    async def _stream_turn(self) -> ReplyCalls:
+        assert self._protocol is not None
+        turn = self._turns + 1
+        sid = self.session_id
+        self._emit(ev.TurnStarted(sid, turn))
+        acc = ToolCallAccumulator()
+        parts: list[str] = []
+        finish = ""
+        usage: Usage | None = None
+        try:
+            async for delta in self.client.stream_chat(
+                self._messages, max_tokens=self._max_tokens(), temperature=self.config.temperature,
+                **request_fields(self._protocol),
+            ):
+                if delta.content:
+                    parts.append(delta.content)
+                    self._emit(ev.TextStreamed(sid, turn, delta.content))
+                if delta.reasoning:
+                    self._emit(ev.ReasoningStreamed(sid, turn, delta.reasoning))
+                if delta.tool_calls:
+                    for index, name, piece in acc.add(delta.tool_calls):
+                        self._emit(ev.ToolCallStreamed(sid, turn, index, name, piece))
+                if delta.finish_reason:
+                    finish = delta.finish_reason
+                if delta.usage is not None:
+                    usage = delta.usage
+        except BaseException:
+            self._emit(ev.TurnFinished(sid, turn, "error", "".join(parts), 0))
+            raise
+        content = "".join(parts)
+        if self._protocol is ToolProtocol.TEXT:
+            reply = text_reply(content)
+        else:
+            reply = native_reply(content, acc.finish())
+        self._turns = turn
+        self._run_turns += 1
+        self._append(reply.message)
+        if usage is not None:
+            self._context_tokens = usage.prompt_tokens + usage.completion_tokens
+            self._usage_len = len(self._messages)
+            self._run_prompt += usage.prompt_tokens
+            self._run_completion += usage.completion_tokens
+            self._emit(ev.UsageReported(sid, turn, usage.prompt_tokens, usage.completion_tokens,
+                                        usage.cached_tokens, self._context_tokens,
+                                        self.config.context_window_tokens))
+        self._emit(ev.TurnFinished(sid, turn, finish or "stop", content, len(reply.calls)))
+        self._last_finish = finish
+        return reply
+
+    # ------------------------------------------------------------------ internals: a reply
+    def _count_mistake(self, message: str) -> None:
+        self._mistakes += 1
+        self._emit(ev.MistakeCounted(self.session_id, self._mistakes, self.config.max_consecutive_mistakes, message))
+
+    def _mistakes_outcome(self) -> AgentOutcome | None:
+        if self._mistakes < self.config.max_consecutive_mistakes:
+            return None
+        self._needs_input = True
+        return self._outcome(
+            RunStatus.NEEDS_INPUT,
+            f"made {self._mistakes} mistakes in a row; waiting for the user's guidance",
+        )
+
+    async def _handle_reply(self, reply: ReplyCalls) -> AgentOutcome | None:
+        assert self._protocol is not None
+        if not reply.calls:
+            if self._protocol is ToolProtocol.NATIVE:
+                self._no_tool_streak += 1
+                if self._no_tool_streak >= self.config.escalate_after_text_turns:
+                    self._switch_protocol(ToolProtocol.TOOL_ONLY, "the model answered without tools; tools are now required")
+            self._append({"role": "user", "content": prompts.NO_TOOL_USED})
+            self._count_mistake("the reply used no tool")
+            return self._mistakes_outcome()
+        self._no_tool_streak = 0
+        failed = False
+        for call in reply.calls:
+            if failed:
+                self._finish_call(call, {}, "skipped", prompts.SKIPPED_RESULT)
+                continue
+            status, outcome = await self._run_call(call, reply)
+            if outcome is not None:
+                return outcome
+            failed = status != "ok"
+        return self._mistakes_outcome()
+
+    def _finish_call(self, call: RawCall, args: dict[str, Any], status: str, text: str,
+                     started: float | None = None) -> None:
+        assert self._protocol is not None
+        self._append(tool_result_message(self._protocol, call, args, text))
+        duration = time.monotonic() - started if started is not None else 0.0
+        self._emit(ev.ToolCallFinished(self.session_id, call.id, call.name, status, text, duration))
+
+    def _fail_call(self, call: RawCall, args: dict[str, Any], message: str, *, mistake: bool = True,
+                   started: float | None = None) -> str:
+        self._finish_call(call, args, "error", f"[ERROR] {message}", started)
+        if mistake:
+            self._count_mistake(message)
+        return "error"
+
+    async def _run_call(self, call: RawCall, reply: ReplyCalls) -> tuple[str, AgentOutcome | None]:
+        name = canonical_tool_name(call.name)
+        if name is None:
+            return self._fail_call(call, {}, f"unknown tool '{call.name}'. The tools are: {', '.join(TOOL_NAMES)}."), None
+        call.name = name
+        spec = SPECS_BY_NAME[name]
+        if reply.incomplete and self._last_finish == "length":
+            return self._fail_call(call, {}, f"your {name} was cut off (the reply hit the token limit); "
+                                             f"send shorter content, or split the work"), None
+        try:
+            args = normalize_arguments(spec, call.parsed_arguments())
+        except (ValueError, ToolArgumentError) as exc:
+            extra = " Your reply was cut off by the token limit." if self._last_finish == "length" else ""
+            return self._fail_call(call, {}, f"{exc}{extra}"), None
+        summary = summarize_call(name, args)
+        self._emit(ev.ToolCallStarted(self.session_id, call.id, name, args, summary))
+        started = time.monotonic()
+        if self._mode is AgentMode.PLAN and not spec.in_plan_mode:
+            return self._fail_call(call, args, prompts.plan_mode_refusal(name), started=started), None
+        if name == "attempt_completion":
+            self._finish_call(call, args, "ok", prompts.COMPLETION_ACK, started)
+            self._mistakes = 0
+            self._completed = True
+            self._last_result = args["result"]
+            self._emit(ev.TaskCompleted(self.session_id, args["result"], args.get("command", "")))
+            return "ok", self._outcome(RunStatus.COMPLETED, "the task is complete", result=args["result"])
+        if name == "ask_followup_question":
+            self._mistakes = 0
+            options = tuple(args.get("options") or ())
+            if not self.config.user_present:
+                self._finish_call(call, args, "ok", prompts.HEADLESS_ANSWER, started)
+                return "ok", None
+            self._pending_question = call.id
+            self._question = (args["question"], options)
+            self._emit(ev.QuestionAsked(self.session_id, call.id, args["question"], options))
+            return "ok", self._outcome(RunStatus.NEEDS_INPUT, "the agent asked a question",
+                                       question=args["question"], options=options)
+        approval_note = ""
+        reason = self.config.approval.reason_to_ask(spec.category, args.get("command") if name == "execute_command" else None)
+        if reason:
+            decision = await self._ask_approval(call, name, spec.category, args, summary, reason)
+            if decision is None:
+                self._finish_call(call, args, "denied", prompts.headless_refusal(reason), started)
+                return "denied", None
+            if not decision.approved:
+                self._finish_call(call, args, "denied", prompts.denied_result(decision.feedback), started)
+                return "denied", None
+            if decision.arguments is not None:
+                try:
+                    args = normalize_arguments(spec, decision.arguments)
+                except ToolArgumentError as exc:
+                    return self._fail_call(call, args, f"the user's edit is invalid: {exc}", mistake=False,
+                                           started=started), None
+                approval_note = "\n[The user edited this action before approving it.]"
+            if decision.feedback:
+                approval_note += f"\n[User's note: {decision.feedback}]"
+        await self._between_steps()
+        self._set_state(AgentState.RUNNING_TOOL, summary)
+        on_output = None
+        if name == "execute_command":
+            self._commands_run.append(args["command"])
+            on_output = lambda text: self._emit(ev.CommandOutputStreamed(self.session_id, call.id, text))  # noqa: E731
+        try:
+            run = await self._toolbox.run(name, args, on_output=on_output)
+        except ToolError as exc:
+            status = self._fail_call(call, args, str(exc), mistake=exc.mistake, started=started)
+            return status, None
+        if name == "read_file":
+            self._files_read.append(args["path"])
+        elif name in ("write_to_file", "replace_in_file"):
+            self._files_changed.append(args["path"])
+        self._mistakes = 0
+        self._finish_call(call, args, "ok", run.text + approval_note, started)
+        if run.changed_files:
+            await self._checkpoint(summary)
+        return "ok", None
+
+    async def _ask_approval(self, call: RawCall, name: str, category: ToolCategory, args: dict[str, Any],
+                            summary: str, reason: str) -> ApprovalDecision | None:
+        request = ApprovalRequest(f"{self.session_id}:approval:{next(_request_ids)}", self.session_id,
+                                  call.id, name, category, dict(args), summary, reason)
+        self._emit(ev.ApprovalRequested(self.session_id, request.request_id, call.id, name, category.value,
+                                        dict(args), summary, reason))
+        if self._approver is None:
+            self._emit(ev.ApprovalResolved(self.session_id, request.request_id, False,
+                                           "no one can approve in this session", by="nobody"))
+            return None
+        self._set_state(AgentState.AWAITING_APPROVAL, summary)
+        decision = await self._approver(request)
+        self._emit(ev.ApprovalResolved(self.session_id, request.request_id, decision.approved, decision.feedback,
+                                       decision.arguments is not None))
+        return decision
+
+    async def _checkpoint(self, label: str) -> None:
+        if self.checkpoints is None:
+            return
+        try:
+            cp = await self.checkpoints.create(label, len(self._messages))
+        except (CheckpointError, OSError) as exc:
+            log.warning("checkpoint of %s failed: %s", self.session_id, exc)
+            self._emit(ev.ErrorOccurred(self.session_id, f"checkpoint failed: {exc}"))
+            return
+        if cp is not None:
+            self._emit(ev.CheckpointCreated(self.session_id, cp.commit, cp.message_index, cp.label))
+
+    # ------------------------------------------------------------------ internals: condensing
+    async def _condense(self, *, force: bool = False) -> None:
+        cfg = self.config
+        before_tokens = self._estimate_context()
+        before_len = len(self._messages)
+        self._set_state(AgentState.GENERATING, "condensing the conversation")
+        keep = 1 if force else cfg.keep_recent_exchanges
+        plan = plan_condense(self._messages, keep_exchanges=keep,
+                             tail_budget_tokens=int(cfg.context_window_tokens * 0.35))
+        if plan is None:
+            trimmed = trim_tool_results(self._messages, max_chars=max(1_000, cfg.context_window_tokens // 2))
+            if trimmed != self._messages:
+                self._replace_history(trimmed)
+            return
+        summary = await self._summarize(plan.head + plan.middle)
+        facts = facts_summary(self._files_read, self._files_changed, self._commands_run)
+        text = "\n".join(part for part in (summary.strip(), facts) if part) or "(no summary available)"
+        self._replace_history(build_condensed(plan, text))
+        self._emit(ev.ContextCondensed(self.session_id, before_tokens, before_len, len(self._messages), text))
+
+    async def _summarize(self, messages: list[Message]) -> str:
+        request = [*messages, {"role": "user", "content": prompts.CONDENSE_REQUEST}]
+        if estimate_tokens(request) > self.config.context_window_tokens - 600:
+            return ""
+        parts: list[str] = []
+        try:
+            slot = self._slot() if self._slot is not None else contextlib.nullcontext()
+            async with slot:
+                async for delta in self.client.stream_chat(request, max_tokens=400, temperature=self.config.temperature):
+                    parts.append(delta.content)
+        except (EngineHTTPError, EngineUnreachable) as exc:
+            log.info("condensing without a model summary: %s", exc)
+            return ""
+        return "".join(parts)[:4_000]

@@ -1,0 +1,132 @@
+"""Tool-call protocols: which one to use, what a request carries, how a reply becomes calls.
+
+========== ============================================ ===================================
+protocol   request                                      reply
+========== ============================================ ===================================
+native     ``tools`` + ``tool_choice: "auto"``          ``tool_calls`` deltas, or hermes
+                                                        ``<tool_call>`` text (recovered)
+tool_only  ``tools`` + ``tool_choice: "required"``      ``tool_calls`` (vLLM guarantees one)
+text       no ``tools``; XML tool list in the prompt    ``<read_file>…</read_file>`` blocks
+========== ============================================ ===================================
+
+``auto`` picks text where the endpoint is known to lack tool support, tool-only for weak
+models, native otherwise. When a server refuses ``tools`` (HTTP 400 naming tools), the
+agent steps down native → tool_only → text; a native model that keeps answering without
+a tool is stepped up to tool_only (same prompt and tools, so the prefix cache holds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from workstation.agent.config import ProtocolChoice
+from workstation.agent.history import Message
+from workstation.agent.prompts import SYSTEM_PROMPT_NATIVE, SYSTEM_PROMPT_TEXT, text_tool_result
+from workstation.agent.tool_specs import OPENAI_TOOLS
+from workstation.agent.toolcalls import RawCall, new_call_id, parse_text_protocol, recover_tool_calls
+from workstation.core.agent_events import ToolProtocol
+from workstation.core.endpoints import Endpoint
+
+_TOOL_REFUSAL_WORDS = ("tool", "function")
+_CONTEXT_WORDS = ("maximum context length", "context length", "too long", "max_model_len",
+                  "maximum model length", "exceeds")
+
+
+def choose_protocol(choice: ProtocolChoice, endpoint: Endpoint, weak_patterns: tuple[str, ...]) -> tuple[ToolProtocol, str]:
+    """The protocol to start with, and why (shown to the user)."""
+    if choice is not ProtocolChoice.AUTO:
+        return ToolProtocol(choice.value), "chosen in the settings"
+    if endpoint.native_tools is False:
+        return ToolProtocol.TEXT, "the endpoint does not parse tool calls"
+    model = endpoint.model.lower()
+    for pattern in weak_patterns:
+        if pattern.lower() in model:
+            return ToolProtocol.TOOL_ONLY, f"'{endpoint.model}' is a small model: every turn must be a tool call"
+    return ToolProtocol.NATIVE, "the endpoint takes OpenAI tool definitions"
+
+
+def step_down(protocol: ToolProtocol) -> ToolProtocol | None:
+    """The next protocol to try after the server refused this one's request."""
+    return {ToolProtocol.NATIVE: ToolProtocol.TOOL_ONLY, ToolProtocol.TOOL_ONLY: ToolProtocol.TEXT}.get(protocol)
+
+
+def is_tool_refusal(status: int | None, message: str) -> bool:
+    text = message.lower()
+    return status == 400 and any(w in text for w in _TOOL_REFUSAL_WORDS) and not is_context_overflow(status, message)
+
+
+def is_context_overflow(status: int | None, message: str) -> bool:
+    text = message.lower()
+    return status == 400 and any(w in text for w in _CONTEXT_WORDS) and "token" in text
+
+
+def system_prompt(protocol: ToolProtocol) -> str:
+    return SYSTEM_PROMPT_TEXT if protocol is ToolProtocol.TEXT else SYSTEM_PROMPT_NATIVE
+
+
+def request_fields(protocol: ToolProtocol) -> dict[str, Any]:
+    """``tools`` / ``tool_choice`` keyword arguments of ``ChatClient.stream_chat``."""
+    if protocol is ToolProtocol.TEXT:
+        return {}
+    return {"tools": OPENAI_TOOLS, "tool_choice": "required" if protocol is ToolProtocol.TOOL_ONLY else "auto"}
+
+
+@dataclass(slots=True)
+class ReplyCalls:
+    """What one model reply amounts to."""
+
+    message: Message
+    """The assistant message to append to the history."""
+    calls: list[RawCall]
+    """Tool calls to run, in order (text protocol: at most one)."""
+    recovered: bool = False
+    """Calls came from text the server did not parse."""
+    ignored_blocks: int = 0
+    """Text protocol: further tool blocks in the same reply that are not run."""
+    incomplete: bool = False
+    """Text protocol: the tool block was cut off."""
+
+
+def _safe_arguments(raw: str) -> str:
+    """Arguments as stored in the history: the model's text when it is a JSON object, else ``{}``."""
+    try:
+        call = RawCall("", "", raw)
+        return raw if isinstance(call.parsed_arguments(), dict) else "{}"
+    except ValueError:
+        return "{}"
+
+
+def native_reply(content: str, calls: list[RawCall]) -> ReplyCalls:
+    recovered = False
+    if not calls and ("<tool_call>" in content or content.lstrip().startswith(("{", "[", "```"))):
+        calls, content = recover_tool_calls(content)
+        recovered = bool(calls)
+    message: Message = {"role": "assistant", "content": content if content else None}
+    if calls:
+        message["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": _safe_arguments(c.arguments)}}
+            for c in calls
+        ]
+    elif not content:
+        message["content"] = ""
+    return ReplyCalls(message, calls, recovered=recovered)
+
+
+def text_reply(content: str) -> ReplyCalls:
+    blocks = parse_text_protocol(content)
+    if not blocks:
+        return ReplyCalls({"role": "assistant", "content": content}, [])
+    first = blocks[0]
+    kept = content[: first.end]  # drop what the model wrote after its tool use
+    call = RawCall(new_call_id(), first.name, orjson.dumps(first.arguments).decode())
+    return ReplyCalls({"role": "assistant", "content": kept}, [call],
+                      ignored_blocks=len(blocks) - 1, incomplete=not first.complete)
+
+
+def tool_result_message(protocol: ToolProtocol, call: RawCall, args: dict[str, Any], text: str) -> Message:
+    if protocol is ToolProtocol.TEXT:
+        return {"role": "user", "content": text_tool_result(call.name, args, text)}
+    return {"role": "tool", "tool_call_id": call.id, "content": text}

@@ -1,0 +1,272 @@
+"""The agent's tools as data: names and arguments as Cline's, JSON schemas, categories.
+
+Tool definitions are built once at import and never change, so every request of every
+session carries byte-identical ``tools`` (vLLM's prefix cache then hits across sessions).
+Plan and Act use the same definitions; the mode is enforced when a call runs.
+
+:func:`normalize_arguments` turns what a model sent into clean arguments: it coerces
+types (``"true"`` → ``True``, ``"12"`` → ``12``), ignores unknown extra arguments, and
+raises :class:`ToolArgumentError` with a message the model can act on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from workstation.core.approvals import ToolCategory
+
+
+class ToolError(Exception):
+    """A tool could not do what was asked; ``str()`` is the message for the model.
+
+    ``mistake`` says whether it counts toward the consecutive-mistakes limit (a wrong path
+    or a SEARCH block that does not match does; a user's denial does not).
+    """
+
+    def __init__(self, message: str, *, mistake: bool = True) -> None:
+        super().__init__(message)
+        self.mistake = mistake
+
+
+class ToolArgumentError(ToolError):
+    """A call's tool name or arguments are unusable."""
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    name: str
+    type: str
+    """JSON schema type: ``string``, ``integer``, ``number``, ``boolean`` or ``array``."""
+    description: str
+    required: bool = True
+    example: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    name: str
+    category: ToolCategory
+    description: str
+    params: tuple[Param, ...]
+    in_plan_mode: bool
+
+    def param(self, name: str) -> Param | None:
+        for p in self.params:
+            if p.name == name:
+                return p
+        return None
+
+    def schema(self) -> dict[str, Any]:
+        props: dict[str, Any] = {}
+        for p in self.params:
+            prop: dict[str, Any] = {"type": p.type, "description": p.description}
+            if p.type == "array":
+                prop["items"] = {"type": "string"}
+            props[p.name] = prop
+        return {
+            "type": "object",
+            "properties": props,
+            "required": [p.name for p in self.params if p.required],
+            "additionalProperties": False,
+        }
+
+    def openai(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {
+                "name": self.name,
+                "description": self.description,
+                "parameters": self.schema(),
+                "strict": True,
+            },
+        }
+
+
+R, E, C, I = ToolCategory.READ, ToolCategory.EDIT, ToolCategory.COMMAND, ToolCategory.INTERACTION
+PATH = "Path relative to the project root"
+
+TOOL_SPECS: tuple[ToolSpec, ...] = (
+    ToolSpec("read_file", R, "Read a text file. Optionally only lines start_line..end_line (1-based).", (
+        Param("path", "string", PATH + ", e.g. src/app.py", example="src/app.py"),
+        Param("start_line", "integer", "First line to read (optional)", required=False, example="1"),
+        Param("end_line", "integer", "Last line to read (optional)", required=False, example="40"),
+    ), True),
+    ToolSpec("write_to_file", E, "Create or overwrite a file with the complete new content.", (
+        Param("path", "string", PATH, example="src/hello.py"),
+        Param("content", "string", "The complete file content", example="print('hello')\n"),
+    ), False),
+    ToolSpec("replace_in_file", E,
+             "Edit a file with SEARCH/REPLACE blocks. Each block:\n------- SEARCH\n<exact lines "
+             "from the file>\n=======\n<new lines>\n+++++++ REPLACE", (
+        Param("path", "string", PATH, example="src/app.py"),
+        Param("diff", "string", "One or more SEARCH/REPLACE blocks",
+              example="------- SEARCH\nold line\n=======\nnew line\n+++++++ REPLACE"),
+    ), False),
+    ToolSpec("search_files", R, "Search files under a directory for a regular expression.", (
+        Param("path", "string", "Directory to search, relative to the project root", example="."),
+        Param("regex", "string", "Regular expression (Python syntax)", example="def main"),
+        Param("file_pattern", "string", "Glob of files to search, e.g. *.py (optional)",
+              required=False, example="*.py"),
+    ), True),
+    ToolSpec("list_files", R, "List files and directories in a directory.", (
+        Param("path", "string", "Directory relative to the project root", example="."),
+        Param("recursive", "boolean", "List subdirectories too (optional)", required=False,
+              example="false"),
+    ), True),
+    ToolSpec("list_code_definition_names", R,
+             "List classes and functions defined in a source file or in the files of a directory.", (
+        Param("path", "string", "File or directory relative to the project root", example="src"),
+    ), True),
+    ToolSpec("execute_command", C, "Run a shell command in the project root (not interactive).", (
+        Param("command", "string", "The shell command", example="python -m pytest -q"),
+        Param("requires_approval", "boolean", "True for risky commands (optional)", required=False,
+              example="false"),
+    ), False),
+    ToolSpec("ask_followup_question", I, "Ask the user a question when you cannot go on without an answer.", (
+        Param("question", "string", "The question", example="Which file should I change?"),
+        Param("options", "array", "Possible answers (optional)", required=False,
+              example='["a.py", "b.py"]'),
+    ), True),
+    ToolSpec("attempt_completion", I, "Finish: call this when the task is done.", (
+        Param("result", "string", "What you did, in one or two sentences", example="Added hello.py."),
+        Param("command", "string", "A command that shows the result (optional)", required=False,
+              example="python hello.py"),
+    ), True),
+)
+
+SPECS_BY_NAME: dict[str, ToolSpec] = {s.name: s for s in TOOL_SPECS}
+TOOL_NAMES: tuple[str, ...] = tuple(SPECS_BY_NAME)
+OPENAI_TOOLS: tuple[dict[str, Any], ...] = tuple(s.openai() for s in TOOL_SPECS)
+"""The ``tools`` field of every native request: built once, never mutated."""
+
+
+def canonical_tool_name(name: str) -> str | None:
+    """Map what a model called a tool (``functions.read_file``, ``Read-File``) to a tool name."""
+    text = name.strip().strip("`\"'")
+    for prefix in ("functions.", "function.", "tools.", "tool."):
+        if text.lower().startswith(prefix):
+            text = text[len(prefix):]
+    text = text.replace("-", "_").replace(" ", "_").lower()
+    return text if text in SPECS_BY_NAME else None
+
+
+_TRUE = {"true", "yes", "1", "on", "y"}
+_FALSE = {"false", "no", "0", "off", "n", ""}
+
+
+def _coerce(tool: str, p: Param, value: Any) -> Any:
+    bad = ToolArgumentError(
+        f"argument '{p.name}' of {tool} must be {'an' if p.type[0] in 'aei' else 'a'} {p.type}, "
+        f"got {orjson.dumps(value).decode()[:80]}"
+    )
+    if p.type == "string":
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float, bool)):
+            return str(value)
+        if isinstance(value, (dict, list)) and p.name in ("content", "result", "diff"):
+            return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
+        raise bad
+    if p.type == "integer":
+        if isinstance(value, bool):
+            raise bad
+        if isinstance(value, int):
+            return value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+            return int(value.strip())
+        raise bad
+    if p.type == "number":
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        try:
+            return float(str(value).strip())
+        except ValueError:
+            raise bad from None
+    if p.type == "boolean":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, (int, float)):
+            return bool(value)
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE
+        raise bad
+    if p.type == "array":
+        if isinstance(value, list):
+            return [str(v) for v in value]
+        if isinstance(value, str):
+            text = value.strip()
+            if text.startswith("["):
+                try:
+                    parsed = orjson.loads(text)
+                except orjson.JSONDecodeError:
+                    parsed = None
+                if isinstance(parsed, list):
+                    return [str(v) for v in parsed]
+            return [line.strip() for line in text.splitlines() if line.strip()]
+        raise bad
+    raise bad
+
+
+def normalize_arguments(spec: ToolSpec, raw: Any) -> dict[str, Any]:
+    """Clean arguments for ``spec`` from what the model sent, or :class:`ToolArgumentError`."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ToolArgumentError(
+            f"the arguments of {spec.name} must be a JSON object like {example_call(spec)}"
+        )
+    out: dict[str, Any] = {}
+    for p in spec.params:
+        value = raw.get(p.name)
+        if value is None:
+            continue
+        out[p.name] = _coerce(spec.name, p, value)
+    missing = [p.name for p in spec.params if p.required and p.name not in out]
+    if missing:
+        names = ", ".join(f"'{m}'" for m in missing)
+        raise ToolArgumentError(
+            f"{spec.name} is missing the required argument{'s' if len(missing) > 1 else ''} {names}. "
+            f"Call it like: {example_call(spec)}"
+        )
+    return out
+
+
+def example_call(spec: ToolSpec) -> str:
+    args = {p.name: p.example for p in spec.params if p.required}
+    return orjson.dumps({"name": spec.name, "arguments": args}).decode()
+
+
+def summarize_call(tool: str, args: dict[str, Any]) -> str:
+    """One line for people: ``read_file app.py``, ``execute_command: pytest -q``."""
+    if tool == "execute_command":
+        return f"$ {args.get('command', '')}"
+    if tool == "search_files":
+        return f"search_files /{args.get('regex', '')}/ in {args.get('path', '.')}"
+    if tool == "ask_followup_question":
+        return f"question: {args.get('question', '')}"
+    if tool == "attempt_completion":
+        return f"done: {args.get('result', '')}"
+    path = args.get("path")
+    return f"{tool} {path}" if path is not None else tool
+
+
+def text_protocol_description() -> str:
+    """The tools in the XML-style format of Cline's classic prompt (text protocol)."""
+    parts: list[str] = []
+    for spec in TOOL_SPECS:
+        lines = [f"## {spec.name}", f"Description: {spec.description}", "Parameters:"]
+        for p in spec.params:
+            need = "required" if p.required else "optional"
+            lines.append(f"- {p.name}: ({need}) {p.description}")
+        lines.append("Usage:")
+        lines.append(f"<{spec.name}>")
+        for p in spec.params:
+            lines.append(f"<{p.name}>{p.example}</{p.name}>")
+        lines.append(f"</{spec.name}>")
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
