@@ -28,6 +28,7 @@ log = logging.getLogger("workstation.app")
 qt_log = logging.getLogger("workstation.qt")
 
 FIRST_PROMPT = "Write a short Python function that reverses a string, then explain it in two sentences."
+"""What a window without the fleet (``use_fleet=False``) asks the engine first."""
 
 
 def _qt_message_handler(mode: Any, context: Any, message: str) -> None:
@@ -87,25 +88,50 @@ class SignalWakeup:
 
 
 class Application:
-    """Owns every service for one run of the window."""
+    """Owns every service for one run of the window.
 
-    def __init__(self, settings: Settings, *, first_prompt: str | None = FIRST_PROMPT) -> None:
+    ``use_fleet`` (the default) makes every pane a fleet session; without it the window
+    runs plain streamed chats (``first_prompt`` opens one as soon as the engine is ready).
+    """
+
+    def __init__(self, settings: Settings, *, use_fleet: bool = True, first_prompt: str | None = None) -> None:
         self.settings = settings
+        self.use_fleet = use_fleet
         self.first_prompt = first_prompt
         self.exit_code = 0
         self.http = None
         self.engine = None
         self.sessions = None
+        self.fleet = None
+        self.bridge = None
+        self.meters = None
         self.window = None
-        self.telemetry = None
         self._shutdown = asyncio.Event()
         self._accepting = True
-        self._engine_task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.ready = asyncio.Event()
+        """Set when sessions can be created (the fleet, or the chat backend, is up)."""
 
     def request_shutdown(self, reason: str = "") -> None:
         if not self._shutdown.is_set():
             log.info("shutdown requested %s", reason)
             self._shutdown.set()
+
+    def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+        task = asyncio.get_event_loop().create_task(coro, name=f"app:{name}")
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        message = str(exc) if isinstance(exc, UserError) else f"{task.get_name()} failed: {exc!r}"
+        log.error("%s", message, exc_info=None if isinstance(exc, UserError) else exc)
+        if self.window is not None:
+            self.window.show_error(message)
 
     # ----- start-up -----
     async def _build_engine(self) -> None:
@@ -138,12 +164,9 @@ class Application:
         self.engine = EngineAdapter(launcher=launcher, profiles=tuple(PRESETS))
 
     def _build_window(self) -> None:
-        from workstation.ui.chat_backend import ChatSessions
         from workstation.ui.main_window import MainWindow
 
         self.window = MainWindow(self.settings, engine=self.engine)
-        self.sessions = ChatSessions(self.window, None)
-        self.window.commands = self.sessions
         self.window.close_requested.connect(lambda: self.request_shutdown("(window closed)"))
         self.window.new_session_requested.connect(self._open_new_session)
         self.window.settings_requested.connect(self._open_settings)
@@ -151,22 +174,73 @@ class Application:
         self.engine.view_changed.connect(self.window.set_engine_view)
         self.engine.log_line.connect(self.window.engine_log_line)
         self.engine.endpoint_changed.connect(self._on_endpoint)
+        if not self.use_fleet:
+            from workstation.ui.chat_backend import ChatSessions
+
+            self.sessions = ChatSessions(self.window, None)
+            self.window.commands = self.sessions
         self.window.resize(1600, 960)
         self.window.show()
 
     def _on_endpoint(self, endpoint: Any) -> None:
-        from workstation.engine.chat_client import ChatClient
+        if endpoint is None or not self._accepting:
+            if self.sessions is not None:
+                self.sessions.set_client(None)
+            return
+        if not self.use_fleet:
+            from workstation.engine.chat_client import ChatClient
 
-        client = ChatClient(self.http, endpoint) if endpoint is not None else None
-        self.sessions.set_client(client)
-        if client is not None and self._accepting:
-            asyncio.get_event_loop().call_soon(self._after_engine_ready)
-
-    def _after_engine_ready(self) -> None:
-        if not self.window.panes and self.first_prompt:
-            self.sessions.add("first answer", self.first_prompt, repo="engine check")
+            self.sessions.set_client(ChatClient(self.http, endpoint))
+            self.ready.set()
+            if not self.window.panes and self.first_prompt:
+                self.sessions.add("first answer", self.first_prompt, repo="engine check")
+            return
+        if self.fleet is None:
+            self._spawn(self._build_fleet(endpoint), "fleet-start")
         else:
-            self.window.tasks.spawn(self.sessions.start_all(), "resume-after-engine")
+            update = getattr(self.fleet, "update_endpoint", None)
+            if update is not None:
+                update(endpoint)
+            else:
+                log.warning("the fleet cannot take a changed endpoint; restart the app after an engine restart")
+
+    async def _build_fleet(self, endpoint: Any) -> None:
+        """Fleet (after the first endpoint is known: a managed engine picks its port and
+        key at start), its bridge to the window, the sessions in the store, meters."""
+        from workstation.fleet.agent_bridge import real_agent_factory
+        from workstation.fleet.service import Fleet
+        from workstation.ui.bridge import FleetBridge
+        from workstation.ui.fleet_backend import FleetCommands
+
+        fleet = Fleet(
+            data_dir=self.settings.data_dir, endpoints=[endpoint], agent_factory=real_agent_factory(self.http),
+            http=self.http, max_generating=self.settings.fleet.max_generating,
+        )
+        self.fleet = fleet
+        self.bridge = FleetBridge(fleet, self.window)
+        self.window.attach_bridge(self.bridge)
+        await fleet.start()
+        await self.bridge.load_existing()
+        commands = FleetCommands(fleet, self.bridge)
+        await commands.refresh_recent()
+        self.window.commands = commands
+        self.ready.set()
+        await self._build_meters(endpoint)
+
+    async def _build_meters(self, endpoint: Any) -> None:
+        try:
+            from workstation.telemetry.meters import Meters
+        except ImportError:
+            return
+        from workstation.ui.meters.install import install_meters
+
+        meters = Meters.from_settings(self.settings, self.http, endpoints=[endpoint])
+        launcher = getattr(self.engine, "launcher", None)
+        if launcher is not None and launcher.pid is not None:
+            meters.set_engine_pid(launcher.pid)
+        self.meters = meters
+        install_meters(self.window, meters, self.fleet)
+        await meters.start()
 
     async def _start_engine(self) -> None:
         if self.engine.external is not None:
@@ -182,9 +256,13 @@ class Application:
     def _open_new_session(self, repo_path: str = "") -> None:
         from workstation.ui.dialogs.new_session import NewSessionDialog
 
-        dialog = NewSessionDialog(self.window, self.sessions, repo_path=repo_path)
+        if self.window.commands is None:
+            self.window.show_error("sessions can be created once the engine is ready")
+            return
+        commands = self.window.commands
+        dialog = NewSessionDialog(self.window, commands, repo_path=repo_path)
         dialog.submitted.connect(
-            lambda req: self.window.tasks.spawn(self.sessions.create_sessions(req), "create-sessions")
+            lambda req: self.window.tasks.spawn(commands.create_sessions(req), "create-sessions")
         )
         dialog.open()
 
@@ -192,7 +270,11 @@ class Application:
         from workstation.ui.dialogs.settings_dialog import SettingsDialog
 
         dialog = SettingsDialog(self.settings, self.window)
+        dialog.saved.connect(self._settings_saved)
         dialog.open()
+
+    def _settings_saved(self, settings: Settings) -> None:
+        self.settings = settings
 
     # ----- the run -----
     async def run(self) -> int:
@@ -202,9 +284,7 @@ class Application:
         try:
             await self._build_engine()
             self._build_window()
-            self._engine_task = asyncio.get_event_loop().create_task(
-                self._start_engine(), name="app:engine-start"
-            )
+            self._spawn(self._start_engine(), "engine-start")
             await self._shutdown.wait()
         finally:
             await self.shutdown()
@@ -213,25 +293,35 @@ class Application:
     async def shutdown(self) -> None:
         """Stop accepting work → cancel agents → stop the engine → close the client."""
         self._accepting = False
-        if self.window is not None:
-            for action in (self.window.new_action, self.window.start_all_action):
+        window = self.window
+        if window is not None:
+            for action in (window.new_action, window.start_all_action, window.approve_all_action):
                 action.setEnabled(False)
-        if self._engine_task is not None and not self._engine_task.done():
-            self._engine_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._engine_task
+            window.commands = None
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=10)
         if self.sessions is not None:
             await self.sessions.aclose()
-        if self.window is not None:
-            await self.window.tasks.aclose()
+        if self.fleet is not None:
+            with contextlib.suppress(Exception):
+                await self.fleet.aclose()  # ends every agent; sessions keep their state
+        if self.bridge is not None:
+            self.bridge.close()
+        if window is not None:
+            await window.tasks.aclose()
+        if self.meters is not None:
+            with contextlib.suppress(Exception):
+                await self.meters.aclose()
         if self.engine is not None:
             with contextlib.suppress(Exception):
                 await self.engine.stop()
         if self.http is not None:
             await self.http.aclose()
-        if self.window is not None:
-            self.window.allow_close()
-            self.window.close()
+        if window is not None:
+            window.allow_close()
+            window.close()
 
 
 def install_asyncgen_hooks(loop: asyncio.AbstractEventLoop) -> None:

@@ -64,6 +64,8 @@ class MainWindow(QMainWindow):
         self.engine = engine
         self.tasks = TaskOwner("window", on_error=self.show_error)
         self.panes: dict[str, SessionPane] = {}
+        self.bridge = None
+        self._slots_text = ""
         self._closing = False
         self._allow_close = False
         self.setWindowTitle("workstation")
@@ -273,6 +275,32 @@ class MainWindow(QMainWindow):
             if self.focus.pane is pane:
                 self.focus.sync_approval()
 
+    def attach_bridge(self, bridge) -> None:
+        """Follow a fleet through its bridge (status lines, slots, output, checkpoints)."""
+        self.bridge = bridge
+        bridge.message.connect(lambda text: self.statusBar().showMessage(text, 8000))
+        bridge.slots_changed.connect(self._on_slots_changed)
+        bridge.output_appended.connect(self._on_output)
+        bridge.checkpoints_changed.connect(self._on_checkpoints)
+        bridge.integrated.connect(lambda _e: self.refresh_diff())
+
+    def _on_slots_changed(self, generating: int, waiting: int, cap: int) -> None:
+        self._slots_text = f"generating {generating}/{cap}" + (f" · waiting {waiting}" if waiting else "")
+        self._update_counts()
+
+    def _on_output(self, session_id: str, text: str) -> None:
+        if self.focus.pane is not None and self.focus.pane.info.session_id == session_id:
+            self.focus.append_output(text)
+
+    def _on_checkpoints(self, session_id: str) -> None:
+        if self.focus.pane is not None and self.focus.pane.info.session_id == session_id:
+            self._fill_checkpoints(session_id)
+
+    def _fill_checkpoints(self, session_id: str) -> None:
+        bridge = self.bridge
+        items = bridge.checkpoints.get(session_id, []) if bridge is not None else []
+        self.focus.set_checkpoints([(f"{c.label}  ·  {c.commit[:8]}", c.commit) for c in items])
+
     # ----- the tick -----
     def flush(self) -> None:
         """Move coalesced deltas into documents; repaint visible panes that changed."""
@@ -295,6 +323,11 @@ class MainWindow(QMainWindow):
     def show_focus(self, pane: SessionPane) -> None:
         self.grid.set_focus(self.grid.panes.index(pane))
         self.focus.show_pane(pane)
+        session_id = pane.info.session_id
+        self.focus.output.clear()
+        if self.bridge is not None:
+            self.focus.append_output("".join(self.bridge.outputs.get(session_id, ())))
+            self._fill_checkpoints(session_id)
         self.stack.setCurrentWidget(self.focus)
         self.refresh_diff()
 
@@ -453,6 +486,8 @@ class MainWindow(QMainWindow):
             parts.append(f"{done} done")
         if failed:
             parts.append(f"{failed} failed")
+        if self._slots_text:
+            parts.append(self._slots_text)
         rate = sum(p.display_rate() for p in self.panes.values())
         if rate >= 1:
             parts.append(f"{rate:,.0f} tok/s")

@@ -104,7 +104,7 @@ class ApprovalBar(QWidget):
     def show_request(self, title: str, summary: str, arguments: str) -> None:
         self._title = title
         self._arguments = arguments
-        self.summary.setText(f"{title}: {summary}" if summary else title)
+        self.summary.setText(summary or title)
         self.summary.setToolTip(arguments)
         self.feedback.clear()
         self.feedback_row.hide()

@@ -12,13 +12,30 @@ expands or collapses its details.
 from __future__ import annotations
 
 from PySide6.QtCore import QRect, QSize, Qt, Signal
-from PySide6.QtGui import QFontMetrics, QMouseEvent, QPainter, QPaintEvent, QPalette, QWheelEvent
+from PySide6.QtGui import (
+    QFontMetrics,
+    QMouseEvent,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QStaticText,
+    QWheelEvent,
+)
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from workstation.ui import theme
 from workstation.ui.panes.transcript_doc import Line, LineStyle, TranscriptDoc, wrap_line
 
 MARGIN_PX = 4
+MAX_DETAIL_LINES = 200
+_NO_ROWS: list[str] = []
+
+
+def _static_text(text: str) -> QStaticText:
+    static = QStaticText(text)
+    static.setTextFormat(Qt.TextFormat.PlainText)
+    pass
+    return static
 COLLAPSED = "▸"
 EXPANDED = "▾"
 
@@ -36,7 +53,11 @@ class TailView(QWidget):
         """Visual rows scrolled up from the bottom; 0 follows new text."""
         self.drawn_revision = -1
         self.empty_text = ""
-        self._rows: list[tuple[int, Line]] = []  # (top y, line) of rows drawn last paint
+        self._rows: list[tuple[int, int, Line]] = []  # (top y, bottom y, line) drawn last paint
+        self._statics: dict[int, tuple[list[str], list[QStaticText | None]]] = {}
+        """Laid-out rows per line uid, kept for the lines drawn in the last paint."""
+        self._metrics_key = ""
+        self._metrics_cache = (12, 7)
         self._colours = theme.line_colours()
         self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
         self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
@@ -72,19 +93,26 @@ class TailView(QWidget):
         return QSize(60, 30)
 
     # ----- painting -----
+    def _metrics(self) -> tuple[int, int]:
+        """(row height, cell width) of the current font, cached per font."""
+        key = self.font().key()
+        if self._metrics_key != key:
+            fm = QFontMetrics(self.font())
+            self._metrics_cache = (fm.lineSpacing(), max(1, fm.horizontalAdvance("M")))
+            self._metrics_key = key
+            self._statics = {}
+        return self._metrics_cache
+
     def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
         self.drawn_revision = self.doc.revision
         painter = QPainter(self)
-        pal = self.palette()
-        painter.fillRect(self.rect(), pal.color(QPalette.ColorRole.Base))
-        fm = QFontMetrics(self.font())
-        row_h = fm.lineSpacing()
-        ascent = fm.ascent()
-        cell_w = max(1, fm.horizontalAdvance("M"))
+        painter.fillRect(self.rect(), self.palette().color(QPalette.ColorRole.Base))
+        row_h, cell_w = self._metrics()
         cols = max(8, (self.width() - 2 * MARGIN_PX) // cell_w)
         colours = self._colours
-        rows: list[tuple[int, Line]] = []
-        if not self.doc.lines:
+        lines = self.doc.lines
+        if not lines:
+            self._rows = []
             if self.empty_text:
                 painter.setPen(colours[LineStyle.NOTICE])
                 painter.drawText(
@@ -92,47 +120,90 @@ class TailView(QWidget):
                     Qt.AlignmentFlag.AlignCenter | Qt.TextFlag.TextWordWrap,
                     self.empty_text,
                 )
-            self._rows = rows
             return
-        # Collect rows bottom-up until the view is full, then draw them top-down: anchored
-        # at the top while the text is short, following the bottom once it fills the view.
+        # Take whole lines bottom-up until they fill the view (plus what is scrolled away),
+        # then draw top-down: anchored at the top while the text is short, following the
+        # bottom once it fills the view.
         capacity = max(1, (self.height() - 2 * MARGIN_PX) // row_h)
-        skip = self.scroll_rows
-        picked: list[tuple[str, LineStyle, Line]] = []
-        lines = self.doc.lines
+        want = capacity + self.scroll_rows
+        picked: list[tuple[Line, list[str], list[str]]] = []
+        total = 0
         index = len(lines) - 1
-        while index >= 0 and len(picked) < capacity:
+        while index >= 0 and total < want:
             line = lines[index]
             index -= 1
-            rows_of_line: list[tuple[str, LineStyle]] = [(seg, line.style) for seg in self._wrapped(line, cols)]
-            if line.expanded and line.detail:
-                for part in line.detail.split("\n")[:200]:
-                    rows_of_line.extend(("  " + seg, LineStyle.OUTPUT) for seg in wrap_line(part, cols - 2))
-            for seg, style in reversed(rows_of_line):
-                if skip:
-                    skip -= 1
-                    continue
-                picked.append((seg, style, line))
-                if len(picked) >= capacity:
-                    break
-        if skip and self.scroll_rows:  # scrolled past the top: clamp
-            self.scroll_rows = max(0, self.scroll_rows - skip)
+            segs = self._wrapped(line, cols)
+            detail = self._detail_rows(line, cols) if line.expanded and line.detail else _NO_ROWS
+            picked.append((line, segs, detail))
+            total += len(segs) + len(detail)
+        if total < want and self.scroll_rows:  # scrolled past the top: clamp
+            self.scroll_rows = max(0, total - capacity)
+        drop_top = max(0, total - capacity - self.scroll_rows)
         y = MARGIN_PX
-        current: LineStyle | None = None
-        for seg, style, line in reversed(picked):
-            if style is not current:
-                painter.setPen(colours[style])
-                current = style
-            painter.drawText(MARGIN_PX, y + ascent, seg)
-            rows.append((y, line))
-            y += row_h
+        bottom = MARGIN_PX + capacity * row_h
+        old = self._statics
+        statics: dict[int, tuple[list[str], list[QStaticText | None]]] = {}
+        placed: list[tuple[int, int, Line]] = []
+        for line, segs, detail in reversed(picked):
+            n = len(segs)
+            first = 0
+            if drop_top:
+                first = min(n, drop_top)
+                drop_top -= first
+            if first < n and y < bottom:
+                cached = old.get(line.uid)
+                if cached is None:
+                    texts: list[QStaticText | None] = [None] * n
+                else:
+                    prev_segs, prev_texts = cached
+                    texts = [
+                        prev_texts[i] if i < len(prev_segs) and prev_segs[i] == segs[i] else None
+                        for i in range(n)
+                    ]
+                statics[line.uid] = (segs, texts)
+                painter.setPen(colours[line.style])
+                top = y
+                for i in range(first, n):
+                    if y >= bottom:
+                        break
+                    static = texts[i]
+                    if static is None:
+                        static = texts[i] = _static_text(segs[i])
+                    painter.drawStaticText(MARGIN_PX, y, static)
+                    y += row_h
+                placed.append((top, y, line))
+            if detail:
+                skip = 0
+                if drop_top:
+                    skip = min(len(detail), drop_top)
+                    drop_top -= skip
+                painter.setPen(colours[LineStyle.OUTPUT])
+                top = y
+                for seg in detail[skip:]:
+                    if y >= bottom:
+                        break
+                    painter.drawText(MARGIN_PX, y + self._ascent(), seg)
+                    y += row_h
+                placed.append((top, y, line))
+            if y >= bottom:
+                break
+        self._statics = statics
+        self._rows = placed
         if self.scroll_rows:
             painter.setPen(colours[LineStyle.NOTICE])
             painter.drawText(
                 QRect(0, self.height() - row_h - 1, self.width() - MARGIN_PX, row_h),
                 Qt.AlignmentFlag.AlignRight, f"↓ {self.scroll_rows}",
             )
-        self._rows = rows
+
+    def _ascent(self) -> int:
+        return QFontMetrics(self.font()).ascent()
+
+    def _detail_rows(self, line: Line, cols: int) -> list[str]:
+        rows: list[str] = []
+        for part in line.detail.split("\n")[:MAX_DETAIL_LINES]:
+            rows.extend("  " + seg for seg in wrap_line(part, cols - 2))
+        return rows
 
     def _wrapped(self, line: Line, cols: int) -> list[str]:
         key = (cols, len(line.text), line.expanded)
@@ -146,9 +217,8 @@ class TailView(QWidget):
 
     # ----- interaction -----
     def line_at(self, y: int) -> Line | None:
-        row_h = QFontMetrics(self.font()).lineSpacing()
-        for top, line in self._rows:
-            if top <= y < top + row_h:
+        for top, end, line in self._rows:
+            if top <= y < end:
                 return line
         return None
 

@@ -1,0 +1,312 @@
+"""How much streamed text the real window takes in while staying responsive.
+
+A token source runs in a separate process: a real HTTP server on 127.0.0.1 that
+streams chat completions in vLLM's SSE format, one token per event, at a set
+aggregate rate spread over N streams. The app side is the real path: the shared
+``httpx`` client and :class:`ChatClient` feed N sessions into the real
+:class:`MainWindow` at 1920×1080 (offscreen), on the qasync loop the app runs on.
+
+"Achieved" counts the tokens that reached the panes' documents (after coalescing, on
+the flush tick). Loop lag is how late a 20 ms asyncio sleep wakes up. CPU % is the
+app process only (the source has its own). Saves a final screen grab.
+
+    python benchmarks/ui_ingest.py --sessions 32 --rate 12000 --seconds 60
+
+Prints a short table, then ONE JSON line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+LAG_PROBE_S = 0.02
+
+# ---------------------------------------------------------------------------
+# The token source (runs in its own process: `ui_ingest.py --serve …`)
+# ---------------------------------------------------------------------------
+
+SCRIPT = (
+    "Reading the failing test first . The temp dir is shared between workers , so two runs race "
+    "on the same path .\n```python\ndef make_tmp ( tmp_path_factory ) :\n    base = tmp_path_factory . "
+    "mktemp ( \"io\" )\n    return base / \"data.bin\"\n```\nWith a per - test directory the race is "
+    "gone . Next I run the suite again to check nothing else depends on the old path .\n"
+    "```diff\n- path = \"/tmp/data.bin\"\n+ path = make_tmp ( factory )\n```\n"
+)
+
+
+def _tokens() -> list[str]:
+    out: list[str] = []
+    for i, word in enumerate(SCRIPT.split(" ")):
+        out.append(word if i == 0 or word.startswith("\n") else " " + word)
+    return out
+
+
+def _event(payload: dict) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def _serve(args: argparse.Namespace) -> None:
+    tokens = _tokens()
+    head = b'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1,"model":"bench","choices":[{"index":0,"delta":{"content":'
+    tail = b'},"logprobs":null,"finish_reason":null}]}\n\n'
+    token_events = [head + json.dumps(t).encode() + tail for t in tokens]
+    first_event = _event({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1, "model": "bench",
+                          "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                       "logprobs": None, "finish_reason": None}]})
+    # Streams start at different places of the script, but never inside a code block.
+    starts, fences = [], 0
+    for i, t in enumerate(tokens):
+        if fences % 2 == 0 and (i == 0 or tokens[i - 1].endswith("\n")):
+            starts.append(i)
+        fences += t.count("```")
+    per_stream = args.rate / max(1, args.sessions)
+    streams: list[dict] = []
+    stats = {"sent": 0, "streams": 0, "skipped_ticks": 0}
+    deadline = time.monotonic() + args.deadline_s
+
+    def finish_events(sent: int) -> bytes:
+        return (
+            _event({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1, "model": "bench",
+                    "choices": [{"index": 0, "delta": {"content": ""}, "logprobs": None, "finish_reason": "length"}]})
+            + _event({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1, "model": "bench",
+                      "choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": sent, "total_tokens": 20 + sent}})
+            + b"data: [DONE]\n\n"
+        )
+
+    def chunk(data: bytes) -> bytes:
+        return b"%x\r\n%s\r\n" % (len(data), data)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                request = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in request.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                if length:
+                    await reader.readexactly(length)
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+                             b"transfer-encoding: chunked\r\ncache-control: no-cache\r\n\r\n")
+                writer.write(chunk(first_event))
+                done = asyncio.get_running_loop().create_future()
+                stream = {"writer": writer, "start": time.monotonic(), "sent": 0, "pos": starts[len(streams) % len(starts)],
+                          "done": done}
+                streams.append(stream)
+                stats["streams"] += 1
+                await done
+                writer.write(chunk(finish_events(stream["sent"])) + b"0\r\n\r\n")
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=1024)
+    port = server.sockets[0].getsockname()[1]
+    print(f"PORT {port}", flush=True)
+    # Like an engine step: every stream gets its next token(s) at once, each token its own
+    # SSE event; at the default one step per token of a stream.
+    step_hz = args.source_hz or min(1000.0, per_stream)
+    tick_s = 1.0 / step_hz
+    n_tokens = len(token_events)
+    async with server:
+        while time.monotonic() < deadline and not stop.is_set():
+            await asyncio.sleep(tick_s)
+            now = time.monotonic()
+            for stream in streams:
+                if stream["done"].done():
+                    continue
+                writer = stream["writer"]
+                if writer.is_closing():
+                    stream["done"].set_result(None)
+                    continue
+                due = int((now - stream["start"]) * per_stream) - stream["sent"]
+                if due <= 0:
+                    continue
+                if writer.transport.get_write_buffer_size() > 256_000:  # client behind: back-pressure
+                    stats["skipped_ticks"] += 1
+                    continue
+                pos = stream["pos"]
+                parts = [token_events[(pos + k) % n_tokens] for k in range(due)]
+                stream["pos"] = pos + due
+                stream["sent"] += due
+                stats["sent"] += due
+                writer.write(chunk(b"".join(parts)))
+        for stream in streams:
+            if not stream["done"].done():
+                stream["done"].set_result(None)
+        await asyncio.sleep(0.3)
+    times = os.times()
+    stats["cpu_s"] = round(times.user + times.system, 2)
+    print("STATS " + json.dumps(stats), flush=True)
+
+
+# ---------------------------------------------------------------------------
+# The app side
+# ---------------------------------------------------------------------------
+
+
+def _percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+async def _lag_probe(samples: list[float], stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        t0 = time.perf_counter()
+        await asyncio.sleep(LAG_PROBE_S)
+        samples.append(max(0.0, time.perf_counter() - t0 - LAG_PROBE_S))
+
+
+async def _bench(args: argparse.Namespace, window, sessions, port: int) -> dict:
+    import psutil
+
+    from workstation.core.endpoints import Endpoint
+    from workstation.engine.chat_client import ChatClient
+    from workstation.engine.http import make_http_client
+
+    proc = psutil.Process()
+    http = make_http_client()
+    endpoint = Endpoint(base_url=f"http://127.0.0.1:{port}", api_key="bench", model="bench", name="bench-source")
+    sessions.set_client(ChatClient(http, endpoint))
+    sessions.max_tokens = 10_000_000
+    for i in range(args.sessions):
+        sessions.add(f"session-{i + 1:03d}", f"Task {i + 1}: fix the flaky test", repo=f"repo-{i % 8}",
+                     mode="act")
+    await asyncio.sleep(args.warmup)
+    docs = [pane.doc for pane in window.panes.values()]
+    lag: list[float] = []
+    stop = asyncio.Event()
+    probe = asyncio.get_running_loop().create_task(_lag_probe(lag, stop), name="bench:lag-probe")
+    tokens0 = sum(d.tokens_flushed for d in docs)
+    cpu0 = proc.cpu_times()
+    t0 = time.monotonic()
+    await asyncio.sleep(args.seconds)
+    elapsed = time.monotonic() - t0
+    cpu1 = proc.cpu_times()
+    tokens1 = sum(d.tokens_flushed for d in docs)
+    stop.set()
+    await probe
+    frame = window.grab()
+    grab_path = Path(args.grab)
+    grab_path.parent.mkdir(parents=True, exist_ok=True)
+    frame.save(str(grab_path))
+    await sessions.aclose()
+    await http.aclose()
+    cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    return {
+        "sessions": args.sessions,
+        "seconds": round(elapsed, 1),
+        "offered_tok_s": float(args.rate),
+        "achieved_tok_s": round((tokens1 - tokens0) / elapsed, 1),
+        "loop_lag_p50_ms": round(_percentile(lag, 50) * 1000, 2),
+        "loop_lag_p99_ms": round(_percentile(lag, 99) * 1000, 2),
+        "loop_lag_max_ms": round(max(lag, default=0.0) * 1000, 2),
+        "cpu_percent": round(100.0 * cpu_s / elapsed, 1),
+        "rss_mb": round(proc.memory_info().rss / 1e6, 1),
+        "flush_hz": window.settings.ui.flush_hz,
+        "grab": str(grab_path),
+    }
+
+
+def run(args: argparse.Namespace) -> dict:
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtWidgets import QApplication
+
+    from workstation.app import install_qt_logging, make_event_loop
+    from workstation.config import load_settings
+    from workstation.ui.chat_backend import ChatSessions
+    from workstation.ui.main_window import MainWindow
+    from workstation.ui.theme import apply_theme
+
+    deadline_s = args.warmup + args.seconds + 30
+    source = subprocess.Popen(
+        [sys.executable, __file__, "--serve", "--rate", str(args.rate), "--sessions", str(args.sessions),
+         "--deadline-s", str(deadline_s), "--source-hz", str(args.source_hz or 0)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        line = source.stdout.readline()
+        if not line.startswith("PORT "):
+            raise SystemExit(f"token source did not start: {line!r}")
+        port = int(line.split()[1])
+        settings = load_settings()
+        if args.flush_hz:
+            settings.ui.flush_hz = args.flush_hz
+        install_qt_logging()
+        app = QApplication.instance() or QApplication(sys.argv[:1])
+        apply_theme(app, args.theme)
+        loop = make_event_loop(app)
+        window = MainWindow(settings)
+        sessions = ChatSessions(window, None)
+        window.commands = sessions
+        window.resize(1920, 1080)
+        window.show()
+        with loop:
+            result = loop.run_until_complete(_bench(args, window, sessions, port))
+            window.allow_close()
+            window.close()
+    finally:
+        source.terminate()
+        try:
+            out, _ = source.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            source.kill()
+            out, _ = source.communicate()
+    for text in (out or "").splitlines():
+        if text.startswith("STATS "):
+            stats = json.loads(text[6:])
+            result["source_sent"] = stats["sent"]
+            result["source_cpu_s"] = stats.get("cpu_s")
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=32)
+    parser.add_argument("--rate", type=float, default=12000.0, help="aggregate tokens/s offered")
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--flush-hz", type=float, default=None, help="override settings.ui.flush_hz")
+    parser.add_argument("--source-hz", type=float, default=None,
+                        help="source steps per second (default: one token per stream per step, at most 1000)")
+    parser.add_argument("--theme", choices=("light", "dark"), default="dark")
+    parser.add_argument("--grab", default=None, help="final screen grab (PNG)")
+    parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--deadline-s", type=float, default=120.0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        # The source stops by itself at its deadline, or when the parent goes away.
+        asyncio.run(_serve(args))
+        return 0
+    if args.grab is None:
+        args.grab = str(ROOT / "docs" / "screenshots" / f"ui-ingest-{args.sessions}.png")
+    result = run(args)
+    print(f"{'sessions':>10} {'offered':>9} {'achieved':>9} {'lag p50':>8} {'lag p99':>8} {'cpu %':>6} {'rss MB':>7}")
+    print(f"{result['sessions']:>10} {result['offered_tok_s']:>9.0f} {result['achieved_tok_s']:>9.0f} "
+          f"{result['loop_lag_p50_ms']:>8.2f} {result['loop_lag_p99_ms']:>8.2f} {result['cpu_percent']:>6.1f} "
+          f"{result['rss_mb']:>7.1f}")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,360 @@
+"""Service events → Qt signals on the GUI thread, and agent events → pane documents.
+
+The fleet emits psygnal events on the asyncio loop, which under qasync *is* the GUI
+thread: they are handled at once. An event from any other thread is queued and handled
+on the GUI thread at the next drain (a zero-timer, once per batch) — never one
+cross-thread signal per token.
+
+The hot path is :class:`TextStreamed`: one list append into the pane's document; the
+window's flush tick paints. Everything else becomes a transcript line or a Qt signal.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import threading
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from workstation.core import agent_events as ev
+from workstation.core import fleet_events as fe
+from workstation.ui.panes.session_pane import PaneInfo
+from workstation.ui.panes.transcript_doc import LineStyle, TranscriptDoc
+
+log = logging.getLogger(__name__)
+
+DETAIL_MAX_CHARS = 4000
+OUTPUT_MAX_CHUNKS = 2000
+
+TOOL_MARK = {
+    "read_file": "▸", "list_files": "▸", "search_files": "⌕", "list_code_definition_names": "▸",
+    "write_to_file": "✎", "replace_in_file": "✎", "execute_command": "$",
+    "ask_followup_question": "?", "attempt_completion": "✓",
+}
+STATUS_MARK = {"ok": "", "error": " ✗", "denied": " ⊘ denied", "skipped": " · skipped",
+               "interrupted": " · interrupted"}
+
+
+def info_from_summary(summary: fe.SessionSummary) -> PaneInfo:
+    repo = summary.repo_path.rstrip("/").rsplit("/", 1)[-1] if summary.repo_path else ""
+    return PaneInfo(
+        session_id=summary.session_id, name=summary.name, repo=repo, branch=summary.branch,
+        mode=summary.mode.capitalize() if summary.mode else "", state=summary.state,
+        tokens=summary.prompt_tokens + summary.completion_tokens,
+        tokens_per_s=summary.tokens_per_s, detail=summary.error,
+    )
+
+
+def edit_counts(tool: str, arguments: dict[str, Any]) -> tuple[int, int] | None:
+    """(+added, −removed) lines an edit tool call proposes, or None for other tools."""
+    if tool == "write_to_file":
+        content = str(arguments.get("content", ""))
+        return (content.count("\n") + (0 if content.endswith("\n") or not content else 1), 0)
+    if tool == "replace_in_file":
+        added = removed = 0
+        section = None
+        for line in str(arguments.get("diff", "")).splitlines():
+            marker = line.strip()
+            if marker.startswith("-------") and "SEARCH" in marker:
+                section = "search"
+            elif marker == "=======":
+                section = "replace"
+            elif marker.startswith("+++++++") and "REPLACE" in marker:
+                section = None
+            elif section == "search":
+                removed += 1
+            elif section == "replace":
+                added += 1
+        return added, removed
+    return None
+
+
+def tool_line(event: ev.ToolCallStarted) -> tuple[str, str]:
+    """(compact line, details) for a tool call."""
+    mark = TOOL_MARK.get(event.tool, "•")
+    summary = event.summary or event.tool
+    if event.tool == "execute_command" and summary.startswith("$ "):
+        summary = summary[2:]
+    counts = edit_counts(event.tool, event.arguments)
+    text = f"{mark} {summary}" + (f"  +{counts[0]} −{counts[1]}" if counts else "")
+    detail = json.dumps(event.arguments, indent=2, ensure_ascii=False)[:DETAIL_MAX_CHARS]
+    return text, detail
+
+
+class FleetBridge(QObject):
+    """Subscribes to a fleet; drives a window's panes; re-emits events as Qt signals."""
+
+    session_created = Signal(object)
+    """``SessionSummary``."""
+    session_state_changed = Signal(str, object, object, str)
+    """(session id, old ``SessionState``, new ``SessionState``, reason)."""
+    session_removed = Signal(str)
+    approval_requested = Signal(str, object)
+    """(session id, ``ApprovalRequested``)."""
+    approval_resolved = Signal(str, object)
+    slots_changed = Signal(int, int, int)
+    """(generating, waiting, cap)."""
+    message = Signal(str)
+    """A status line for the user (attach progress, integration results, engine loss)."""
+    integrated = Signal(object)
+    """``SessionIntegrated``."""
+    checkpoints_changed = Signal(str)
+    output_appended = Signal(str, str)
+    """(session id, command output text), for the focus view when it shows that session."""
+
+    def __init__(self, fleet: Any, window: Any) -> None:
+        super().__init__(window)
+        self.fleet = fleet
+        self.window = window
+        self.pending: dict[str, ev.ApprovalRequested] = {}
+        """The approval each session waits for (its request id resolves it)."""
+        self.checkpoints: dict[str, list[ev.CheckpointCreated]] = {}
+        self.outputs: dict[str, collections.deque[str]] = {}
+        self._last_seq: dict[str, int] = {}
+        self._tool_lines: dict[tuple[str, str], Any] = {}
+        self._loading: dict[str, list[fe.SessionAgentEvent]] = {}
+        self._held: list[fe.SessionAgentEvent] | None = []
+        """Agent events that arrive before :meth:`load_existing` made the panes."""
+        self._gui_thread = threading.get_ident()
+        self._foreign: collections.deque[tuple[str, object]] = collections.deque()
+        self._drain_timer = QTimer(self)
+        self._drain_timer.setSingleShot(True)
+        self._drain_timer.setInterval(0)
+        self._drain_timer.timeout.connect(self._drain)
+        self._wake = _Wake()
+        self._wake.wake.connect(self._drain_timer.start)
+        fleet.changed.connect(self._on_fleet_changed)
+        fleet.agent_event.connect(self._on_agent_event)
+
+    def close(self) -> None:
+        self.fleet.changed.disconnect(self._on_fleet_changed)
+        self.fleet.agent_event.disconnect(self._on_agent_event)
+
+    # ----- thread guard -----
+    def _on_fleet_changed(self, event: object) -> None:
+        if threading.get_ident() != self._gui_thread:
+            self._queue("changed", event)
+            return
+        self.handle_fleet_event(event)
+
+    def _on_agent_event(self, event: fe.SessionAgentEvent) -> None:
+        if threading.get_ident() != self._gui_thread:
+            self._queue("agent", event)
+            return
+        self.handle_agent_event(event)
+
+    def _queue(self, kind: str, event: object) -> None:
+        first = not self._foreign
+        self._foreign.append((kind, event))
+        if first:
+            self._wake.wake.emit()  # one queued signal per batch, not per event
+
+    def _drain(self) -> None:
+        while self._foreign:
+            kind, event = self._foreign.popleft()
+            if kind == "changed":
+                self.handle_fleet_event(event)
+            else:
+                self.handle_agent_event(event)  # type: ignore[arg-type]
+
+    # ----- the sessions that exist when the window opens -----
+    async def load_existing(self) -> None:
+        """Panes for the fleet's sessions, each with its stored transcript."""
+        for summary in self.fleet.sessions():
+            self._add(summary)
+        for summary in self.fleet.sessions():
+            await self.load_history(summary.session_id)
+        held, self._held = self._held or [], None
+        for item in held:
+            self._apply(item.session_id, item.seq, item.event, live=True)
+        for request in self.fleet.pending_approvals():
+            self._show_approval_request(ev.ApprovalRequested(
+                request.session_id, request.request_id, request.call_id, request.tool,
+                getattr(request.category, "value", str(request.category)), request.arguments,
+                request.summary, request.reason))
+
+    async def load_history(self, session_id: str) -> None:
+        self._loading[session_id] = []
+        try:
+            rows = await self.fleet.transcript(session_id)
+        except Exception:  # noqa: BLE001 - a broken history must not stop the window
+            log.exception("cannot load the history of %s", session_id)
+            rows = []
+        buffered = self._loading.pop(session_id, [])
+        for seq, event in rows:
+            self._apply(session_id, seq, event, live=False)
+        for item in buffered:
+            self._apply(item.session_id, item.seq, item.event, live=True)
+
+    # ----- fleet events -----
+    def handle_fleet_event(self, event: object) -> None:
+        window = self.window
+        if isinstance(event, fe.SessionCreated):
+            self._add(event.summary)
+            self.session_created.emit(event.summary)
+        elif isinstance(event, fe.SessionStateChanged):
+            pane = window.panes.get(event.session_id)
+            if pane is not None:
+                info = pane.info
+                info = PaneInfo(**{**_asdict(info), "state": event.new, "detail": event.reason})
+                if not event.new.wants_user:
+                    self.pending.pop(event.session_id, None)
+                    window.clear_approval(event.session_id)
+                window.update_session(info, event.reason)
+            self.session_state_changed.emit(event.session_id, event.old, event.new, event.reason)
+        elif isinstance(event, fe.SessionStatsChanged):
+            pane = window.panes.get(event.session_id)
+            if pane is not None:
+                info = pane.info
+                info.tokens = event.prompt_tokens + event.completion_tokens
+                info.tokens_per_s = event.tokens_per_s
+                pane.header.update()
+        elif isinstance(event, fe.SessionRemoved):
+            self.pending.pop(event.session_id, None)
+            self._last_seq.pop(event.session_id, None)
+            window.remove_session(event.session_id)
+            self.session_removed.emit(event.session_id)
+        elif isinstance(event, fe.GenerationSlotsChanged):
+            self.slots_changed.emit(event.generating, event.waiting, event.cap)
+        elif isinstance(event, fe.AttachProgress):
+            pct = f" {event.fraction * 100:.0f}%" if event.fraction is not None else ""
+            self.message.emit(f"{event.phase}: {event.message}{pct}")
+        elif isinstance(event, fe.EndpointAvailabilityChanged):
+            word = "is back" if event.available else "stopped answering"
+            self.message.emit(f"engine {event.endpoint_name} {word}" + (f": {event.message}" if event.message else ""))
+        elif isinstance(event, fe.SessionIntegrated):
+            pane = window.panes.get(event.session_id)
+            name = pane.info.name if pane is not None else event.session_id
+            verdict = "done" if event.ok else "refused"
+            extra = f" (conflicts: {', '.join(event.conflicts)})" if event.conflicts else ""
+            self.message.emit(f"{event.action} of {name} {verdict}: {event.message}{extra}")
+            self.integrated.emit(event)
+        elif isinstance(event, fe.OrphanWorktreesFound):
+            if event.orphans:
+                self.message.emit(f"{len(event.orphans)} worktree(s) no session owns; see Sessions → Clean up")
+
+    def _add(self, summary: fe.SessionSummary) -> None:
+        if summary.session_id in self.window.panes:
+            self.window.update_session(info_from_summary(summary))
+            return
+        pane = self.window.add_session(info_from_summary(summary))
+        if summary.task and not pane.doc.lines:
+            pane.doc.add_block(summary.task, LineStyle.USER)
+
+    # ----- agent events -----
+    def handle_agent_event(self, item: fe.SessionAgentEvent) -> None:
+        if self._held is not None:
+            self._held.append(item)
+            return
+        event = item.event
+        if type(event) is ev.TextStreamed:  # the hot path first
+            if item.session_id in self._loading:
+                self._loading[item.session_id].append(item)
+                return
+            pane = self.window.panes.get(item.session_id)
+            if pane is not None:
+                pane.doc.stream(event.text)
+            self._last_seq[item.session_id] = item.seq
+            return
+        if item.session_id in self._loading:
+            self._loading[item.session_id].append(item)
+            return
+        self._apply(item.session_id, item.seq, event, live=True)
+
+    def _apply(self, session_id: str, seq: int, event: object, *, live: bool) -> None:
+        if seq and seq <= self._last_seq.get(session_id, 0):
+            return
+        if seq:
+            self._last_seq[session_id] = seq
+        pane = self.window.panes.get(session_id)
+        if pane is None:
+            return
+        doc: TranscriptDoc = pane.doc
+        if isinstance(event, ev.TextStreamed):
+            doc.stream(event.text)
+        elif isinstance(event, ev.ReasoningStreamed):
+            doc.stream(event.text, reasoning=True)
+        elif isinstance(event, ev.TurnFinished):
+            doc.end_stream()
+            if event.finish_reason == "length":
+                doc.add_line("… the answer was cut at the token limit", LineStyle.NOTICE)
+        elif isinstance(event, ev.ToolCallStarted):
+            if event.tool == "attempt_completion":
+                return
+            text, detail = tool_line(event)
+            line = doc.add_line(text, LineStyle.TOOL, detail=detail, tool=event.tool)
+            self._tool_lines[(session_id, event.call_id)] = line
+        elif isinstance(event, ev.ToolCallFinished):
+            line = self._tool_lines.pop((session_id, event.call_id), None)
+            if line is not None:
+                line.text += STATUS_MARK.get(event.status, f" · {event.status}")
+                result = event.result[:DETAIL_MAX_CHARS]
+                line.detail = f"{line.detail}\n— result —\n{result}" if result else line.detail
+                if event.status in ("error", "denied"):
+                    line.style = LineStyle.ERROR if event.status == "error" else LineStyle.NOTICE
+                doc.revision += 1
+        elif isinstance(event, ev.CommandOutputStreamed):
+            out = self.outputs.setdefault(session_id, collections.deque(maxlen=OUTPUT_MAX_CHUNKS))
+            out.append(event.text)
+            if live:
+                self.output_appended.emit(session_id, event.text)
+        elif isinstance(event, ev.ApprovalRequested):
+            if live:
+                self._show_approval_request(event)
+        elif isinstance(event, ev.ApprovalResolved):
+            self.pending.pop(session_id, None)
+            self.window.clear_approval(session_id)
+            if not event.approved:
+                doc.add_line("denied" + (f": {event.feedback}" if event.feedback else ""), LineStyle.NOTICE)
+            elif event.edited:
+                doc.add_line("approved with edits", LineStyle.NOTICE)
+            self.approval_resolved.emit(session_id, event)
+        elif isinstance(event, ev.UserMessageAdded):
+            doc.add_block(event.text, LineStyle.USER)
+        elif isinstance(event, ev.QuestionAsked):
+            options = f"  [{' / '.join(event.options)}]" if event.options else ""
+            doc.add_block(f"? {event.question}{options}", LineStyle.TOOL)
+        elif isinstance(event, ev.TaskCompleted):
+            doc.add_block(f"✓ {event.result}", LineStyle.ADDED)
+        elif isinstance(event, ev.CheckpointCreated):
+            self.checkpoints.setdefault(session_id, []).append(event)
+            self.checkpoints_changed.emit(session_id)
+        elif isinstance(event, ev.CheckpointRestored):
+            doc.add_line(f"restored checkpoint {event.commit[:8]}", LineStyle.NOTICE)
+        elif isinstance(event, ev.ContextCondensed):
+            doc.add_line(f"context condensed: {event.messages_before} → {event.messages_after} messages",
+                         LineStyle.NOTICE)
+        elif isinstance(event, ev.ErrorOccurred):
+            doc.add_line(("retrying: " if event.retrying else "") + event.message, LineStyle.ERROR)
+        elif isinstance(event, ev.MistakeCounted):
+            doc.add_line(f"mistake {event.count}/{event.limit}: {event.message}", LineStyle.NOTICE)
+        elif isinstance(event, ev.RunFinished):
+            if event.status is not ev.RunStatus.COMPLETED and event.message:
+                doc.add_line(f"{event.status.value.replace('_', ' ')}: {event.message}", LineStyle.NOTICE)
+            else:
+                doc.end_stream()
+        elif isinstance(event, ev.ModeChanged):
+            pane.info.mode = event.mode.value.capitalize()
+            pane.header.update()
+
+    def _show_approval_request(self, event: ev.ApprovalRequested) -> None:
+        self.pending[event.session_id] = event
+        arguments = json.dumps(event.arguments, indent=2, ensure_ascii=False)
+        summary = event.summary or event.tool
+        if event.reason:
+            summary = f"{summary}  — {event.reason}"
+        self.window.show_approval(event.session_id, event.tool, summary, arguments)
+        self.approval_requested.emit(event.session_id, event)
+
+
+class _Wake(QObject):
+    """A signal emitted from a foreign thread: Qt queues it to the GUI thread."""
+
+    wake = Signal()
+
+
+def _asdict(info: PaneInfo) -> dict[str, Any]:
+    return {name: getattr(info, name) for name in info.__dataclass_fields__}

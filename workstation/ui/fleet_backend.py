@@ -1,0 +1,113 @@
+"""The window's commands over the fleet (:class:`workstation.fleet.service.Fleet`)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from workstation.core.approvals import ApprovalDecision
+from workstation.core.errors import UserError
+from workstation.core.session_state import SessionState
+from workstation.fleet.session import SessionSpec
+from workstation.ui.backend import NewSessionRequest
+
+AUTO_APPROVE_CATEGORIES = {
+    "ask": ("read",),
+    "edits": ("read", "edit"),
+    "all": ("all",),
+}
+"""The dialog's policy names → the fleet's auto-approved tool categories (reads never ask)."""
+
+
+def spec_from_request(request: NewSessionRequest) -> SessionSpec:
+    clone = bool(request.clone_url)
+    return SessionSpec(
+        task=request.task,
+        repo=request.clone_url if clone else request.repo_path,
+        name=request.name or None,
+        base_branch=request.base_branch or None,
+        clone=clone,
+        mode=request.mode,
+        auto_approve=AUTO_APPROVE_CATEGORIES.get(request.auto_approve, ("read",)),
+        endpoint=request.endpoint_name or None,
+    )
+
+
+class FleetCommands:
+    """Implements :class:`workstation.ui.backend.SessionCommands`."""
+
+    def __init__(self, fleet: Any, bridge: Any) -> None:
+        self.fleet = fleet
+        self.bridge = bridge
+        self.recent: list[str] = []
+
+    async def refresh_recent(self) -> None:
+        self.recent = list(await self.fleet.store.known_repos())[:20]
+
+    async def create_sessions(self, request: NewSessionRequest) -> None:
+        await self.fleet.create_sessions(spec_from_request(request), max(1, request.copies), start=True)
+        if request.repo_path and request.repo_path not in self.recent:
+            self.recent.insert(0, request.repo_path)
+
+    async def start_all(self) -> None:
+        await self.fleet.start_all()
+
+    async def pause_all(self) -> None:
+        await self.fleet.pause_all()
+
+    async def toggle_pause(self, session_id: str) -> None:
+        state = self.fleet.summary(session_id).state
+        if state is SessionState.PAUSED:
+            await self.fleet.resume(session_id)
+        elif state.is_active:
+            await self.fleet.pause(session_id)
+        elif state in (SessionState.READY, SessionState.STOPPED):
+            await self.fleet.start_session(session_id)
+
+    def _request_id(self, session_id: str) -> str:
+        request = self.bridge.pending.get(session_id)
+        if request is None:
+            raise UserError("that session has no pending approval")
+        return request.request_id
+
+    async def approve(self, session_id: str, edited_arguments: str | None = None) -> None:
+        request_id = self._request_id(session_id)
+        if edited_arguments is None:
+            decision = ApprovalDecision.approve()
+        else:
+            try:
+                arguments = json.loads(edited_arguments)
+            except json.JSONDecodeError as exc:
+                raise UserError(f"the edited arguments are not valid JSON: {exc}") from None
+            if not isinstance(arguments, dict):
+                raise UserError("the edited arguments must be a JSON object")
+            decision = ApprovalDecision.edit(arguments)
+        self.fleet.resolve_approval(session_id, request_id, decision)
+
+    async def deny(self, session_id: str, feedback: str) -> None:
+        self.fleet.resolve_approval(session_id, self._request_id(session_id), ApprovalDecision.deny(feedback))
+
+    async def follow_up(self, session_id: str, text: str) -> None:
+        await self.fleet.reply(session_id, text)
+
+    async def diff(self, session_id: str) -> str:
+        diff = await self.fleet.diff(session_id)
+        return diff.patch
+
+    async def integrate(self, session_id: str, action: str) -> None:
+        summary = self.fleet.summary(session_id)
+        if action == "commit":
+            first = summary.task.strip().splitlines()[0] if summary.task.strip() else summary.name
+            await self.fleet.commit(session_id, f"{summary.name}: {first}"[:200])
+        elif action == "merge":
+            await self.fleet.integrate(session_id)
+        elif action == "discard":
+            await self.fleet.discard(session_id)
+        else:
+            raise UserError(f"unknown action {action!r}")
+
+    def endpoint_names(self) -> list[str]:
+        return [e.name for e in self.fleet.router.endpoints]
+
+    def recent_repositories(self) -> list[str]:
+        return list(self.recent)

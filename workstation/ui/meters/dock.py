@@ -1,0 +1,107 @@
+"""The meters dock: 15-minute charts (GPU, throughput, latency) and the cost panel with
+its assumptions. Charts redraw from ``series_updated`` only while the dock is visible."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
+
+import numpy as np  # noqa: E402
+import pyqtgraph as pg  # noqa: E402
+from PySide6.QtCore import Qt  # noqa: E402
+from PySide6.QtGui import QPalette  # noqa: E402
+from PySide6.QtWidgets import QDockWidget, QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget  # noqa: E402
+
+from workstation.ui import theme  # noqa: E402
+
+CHARTS = (
+    ("Generated tok/s", ("engine.*.generation_tokens_per_s", "sessions.tokens_per_s"), ""),
+    ("GPU utilisation %", ("gpu*.util_pct",), "%"),
+    ("GPU power W", ("gpu*.power_w",), "W"),
+    ("Latency s (TTFT p50/p99, ITL p99)", ("engine.*.ttft_p50_s", "engine.*.ttft_p99_s", "engine.*.itl_p99_s"), "s"),
+    ("KV cache %", ("engine.*.kv_cache_usage_pct",), "%"),
+)
+
+
+def _match(pattern: str, name: str) -> bool:
+    head, _, tail = pattern.partition("*")
+    return name.startswith(head) and name.endswith(tail) and len(name) >= len(head) + len(tail)
+
+
+class MetersDock(QDockWidget):
+    def __init__(self, meters: Any, parent: QWidget | None = None) -> None:
+        super().__init__("Meters", parent)
+        self.setObjectName("meters-dock")
+        self.meters = meters
+        body = QWidget()
+        layout = QVBoxLayout(body)
+        layout.setContentsMargins(4, 4, 4, 4)
+        pal = body.palette()
+        pg.setConfigOptions(antialias=True, background=pal.color(QPalette.ColorRole.Base),
+                            foreground=pal.color(QPalette.ColorRole.Text))
+        self.plots: list[tuple[pg.PlotWidget, tuple[str, ...]]] = []
+        for title, patterns, unit in CHARTS:
+            plot = pg.PlotWidget(title=title)
+            plot.setMinimumHeight(110)
+            plot.showGrid(x=False, y=True, alpha=0.2)
+            plot.setLabel("bottom", "minutes ago")
+            plot.setMouseEnabled(x=False, y=False)
+            plot.hideButtons()
+            if unit:
+                plot.setLabel("left", unit)
+            layout.addWidget(plot)
+            self.plots.append((plot, patterns))
+        self.cost_box = QGroupBox("Cost against a paid API")
+        self.cost_form = QFormLayout(self.cost_box)
+        self.cost_summary = QLabel("waiting for tokens…")
+        self.cost_summary.setWordWrap(True)
+        self.cost_form.addRow(self.cost_summary)
+        layout.addWidget(self.cost_box)
+        self._assumption_labels: dict[str, QLabel] = {}
+        self.setWidget(body)
+        self.setMinimumWidth(360)
+
+    def redraw(self, _names: Any = None) -> None:
+        if not self.isVisible():
+            return
+        import time
+
+        now = time.monotonic()
+        book = self.meters.series
+        names = list(book.names()) if hasattr(book, "names") else []
+        pens = [theme.accent(self.palette()), theme.AMBER, theme.GREEN, theme.RED]
+        for plot, patterns in self.plots:
+            plot.clear()
+            k = 0
+            for pattern in patterns:
+                for name in names:
+                    if not _match(pattern, name):
+                        continue
+                    series = book.get(name)
+                    t = np.frombuffer(series.times(), dtype=float)
+                    v = np.frombuffer(series.values(), dtype=float)
+                    if t.size:
+                        plot.plot((t - now) / 60.0, v, pen=pg.mkPen(pens[k % len(pens)], width=1.5), name=name,
+                                  connect="finite")
+                        k += 1
+
+    def on_cost(self, cost: Any) -> None:
+        lines = []
+        if cost.self_host_usd_per_m_tokens is not None and cost.api_usd_per_m_tokens is not None:
+            lines.append(f"self-hosting ${cost.self_host_usd_per_m_tokens:.3f} per million tokens, "
+                         f"{getattr(cost.api, 'model', 'API')} ${cost.api_usd_per_m_tokens:.3f}")
+            if cost.savings_pct is not None:
+                lines.append(f"saving {cost.savings_pct:.0f}% (${cost.saved_usd or 0:,.2f} so far)")
+        lines.extend(cost.notes)
+        self.cost_summary.setText("\n".join(lines) or "waiting for tokens…")
+        for label, value in cost.assumptions.describe():
+            widget = self._assumption_labels.get(label)
+            if widget is None:
+                widget = QLabel(value)
+                widget.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+                self._assumption_labels[label] = widget
+                self.cost_form.addRow(label, widget)
+            else:
+                widget.setText(value)

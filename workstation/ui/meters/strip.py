@@ -1,0 +1,138 @@
+"""The meter strip under the toolbar (always visible): GPU, throughput with a sparkline,
+running / waiting requests, KV cache, prefix hits, and the cost against a paid API.
+Redrawn from telemetry events (about 1 Hz); a missing value shows as ``n/a``."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Any
+
+from PySide6.QtCore import QPointF, QSize, Qt
+from PySide6.QtGui import QPainter, QPaintEvent, QPalette, QPen, QPolygonF
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QWidget
+
+from workstation.ui import theme
+
+SPARK_POINTS = 60
+NA = "n/a"
+
+
+def fmt(value: float | None, spec: str = ".0f", suffix: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return NA
+    return f"{value:{spec}}{suffix}"
+
+
+class Sparkline(QWidget):
+    """A tiny line of the last minute of tok/s."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.values: deque[float] = deque(maxlen=SPARK_POINTS)
+        self.setFixedSize(QSize(72, 16))
+
+    def add(self, value: float | None) -> None:
+        self.values.append(0.0 if value is None or math.isnan(value) else float(value))
+        self.update()
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
+        if len(self.values) < 2:
+            return
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
+        top = max(self.values) or 1.0
+        w, h = self.width() - 2, self.height() - 3
+        step = w / (SPARK_POINTS - 1)
+        start = SPARK_POINTS - len(self.values)
+        poly = QPolygonF([QPointF(1 + (start + i) * step, 1 + h - (v / top) * h) for i, v in enumerate(self.values)])
+        pen = QPen(theme.accent(self.palette()))
+        pen.setWidthF(1.4)
+        p.setPen(pen)
+        p.drawPolyline(poly)
+
+
+def _sep() -> QFrame:
+    line = QFrame()
+    line.setFrameShape(QFrame.Shape.VLine)
+    line.setFrameShadow(QFrame.Shadow.Plain)
+    line.setForegroundRole(QPalette.ColorRole.Mid)
+    return line
+
+
+class MeterStrip(QFrame):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("meter-strip")
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        row = QHBoxLayout(self)
+        row.setContentsMargins(4, 1, 4, 1)
+        row.setSpacing(8)
+        font = theme.ui_font(8.5)
+
+        def label(tip: str) -> QLabel:
+            lab = QLabel("…")
+            lab.setFont(font)
+            lab.setToolTip(tip)
+            lab.setTextFormat(Qt.TextFormat.PlainText)
+            return lab
+
+        self.gpu = label("GPU utilisation, memory, power and temperature (NVML)")
+        self.rate = label("Generated tokens per second: engine /metrics, or the streams")
+        self.spark = Sparkline()
+        self.requests = label("Requests the engine runs and queues")
+        self.kv = label("KV cache in use")
+        self.prefix = label("Prefix-cache hit rate over the last minute")
+        self.cost = label("Self-hosting vs the paid API for the same tokens (assumptions in the meters dock)")
+        for i, widget in enumerate((self.gpu, self.rate, self.spark, self.requests, self.kv, self.prefix, self.cost)):
+            if i and widget is not self.spark:
+                row.addWidget(_sep())
+            row.addWidget(widget)
+        row.addStretch(1)
+        self._engine_rate: float | None = None
+        self._stream_rate: float | None = None
+
+    # ----- telemetry events -----
+    def on_gpu(self, snap: Any) -> None:
+        state = getattr(getattr(snap, "state", None), "value", "ok")
+        if state != "ok":
+            self.gpu.setText(getattr(snap, "message", "") or "no GPU")
+            return
+        parts = []
+        for dev in snap.devices:
+            mem = (f"{dev.memory_used_bytes / 1e9:.0f}/{dev.memory_total_bytes / 1e9:.0f} GB"
+                   if dev.memory_used_bytes is not None and dev.memory_total_bytes else NA)
+            parts.append(f"GPU{dev.index} {dev.name.replace('NVIDIA ', '')} {fmt(dev.gpu_util_pct, '.0f', '%')}  "
+                         f"{mem}  {fmt(dev.power_w, '.0f', ' W')}  {fmt(dev.temperature_c, '.0f', ' °C')}")
+        self.gpu.setText("   ".join(parts) if parts else "no GPU")
+
+    def on_engine(self, sample: Any) -> None:
+        if not getattr(sample, "up", True):
+            self.requests.setText("engine down")
+            return
+        self._engine_rate = sample.generation_tokens_per_s
+        self._show_rate()
+        self.requests.setText(f"run {fmt(sample.running)} · wait {fmt(sample.waiting)}")
+        self.kv.setText(f"KV {fmt(sample.kv_cache_usage_pct, '.0f', '%')}")
+        self.prefix.setText(f"prefix hits {fmt(sample.prefix_cache_hit_rate_pct, '.0f', '%')}")
+
+    def on_sessions(self, samples: Any) -> None:
+        self._stream_rate = sum(s.tokens_per_s or 0.0 for s in samples)
+        if self._engine_rate is None:
+            self._show_rate()
+
+    def _show_rate(self) -> None:
+        rate = self._engine_rate if self._engine_rate is not None else self._stream_rate
+        self.rate.setText(f"{fmt(rate, ',.0f')} tok/s")
+        self.spark.add(rate)
+
+    def on_cost(self, cost: Any) -> None:
+        if cost.self_host_usd_per_m_tokens is None or cost.api_usd_per_m_tokens is None:
+            note = cost.notes[0] if cost.notes else "cost: waiting for tokens"
+            self.cost.setText(note)
+            return
+        saved = f" (${cost.saved_usd:,.2f})" if cost.saved_usd is not None else ""
+        self.cost.setText(
+            f"self-host ${cost.self_host_usd_per_m_tokens:.2f}/M vs API ${cost.api_usd_per_m_tokens:.2f}/M"
+            f" → saving {fmt(cost.savings_pct, '.0f', '%')}{saved}"
+        )
