@@ -33,6 +33,19 @@ if [ ${#need_libs[@]} -gt 0 ] || ! fc-list 2>/dev/null | grep -qi dejavu; then
   fi
 fi
 
+# Tests also exercise the command sandbox (bubblewrap) and validate the desktop entry.
+if [ "$dev" = 1 ]; then
+  missing_tools=()
+  command -v bwrap >/dev/null || missing_tools+=(bubblewrap)
+  command -v desktop-file-validate >/dev/null || missing_tools+=(desktop-file-utils)
+  command -v appstreamcli >/dev/null || missing_tools+=(appstream)
+  if [ ${#missing_tools[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    step "installing test tools: ${missing_tools[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing_tools[@]}" >/dev/null
+  fi
+fi
+
 PY=${PYTHON:-python3.11}
 command -v "$PY" >/dev/null || PY=python3
 "$PY" -c 'import sys; assert sys.version_info >= (3, 11), "Python 3.11+ is required"'
