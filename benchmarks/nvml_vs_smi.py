@@ -188,6 +188,11 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _diffs(summary: dict[str, dict[str, Any]]) -> dict[str, list[float]]:
+    """field → [mean |Δ|, mean NVML, mean smi] (compact, for the per-phase part of the JSON)."""
+    return {k: [v["mean_abs_diff"], v["mean_nvml"], v["mean_smi"]] for k, v in summary.items()}
+
+
 def run_phase(name: str, reader: NvmlReader, fields: list[str], seconds: float, engine_root: int | None) -> list[dict]:
     rows = []
     end = time.monotonic() + seconds
@@ -241,7 +246,8 @@ def main() -> int:
     phases: dict[str, Any] = {}
     rows_all: list[dict] = []
     idle = run_phase("idle", reader, fields, args.idle_s, None)
-    phases["idle"] = {"summary": summarize(idle)}
+    phases["idle"] = {"mean_abs_diff": _diffs(summarize(idle)),
+                      "pstate_last": {g: per["pstate"] for g, per in idle[-1]["gpus"].items()}}
     rows_all += idle
     attribution: dict[str, Any] = {}
     for placement in args.load or ["all"]:
@@ -272,7 +278,7 @@ def main() -> int:
                 for g in last
             },
         }
-        phases[f"load:{placement}"] = {"summary": summarize(rows),
+        phases[f"load:{placement}"] = {"mean_abs_diff": _diffs(summarize(rows)),
                                        "clock_reasons_last": {g: last[g]["clock_reasons"] for g in last},
                                        "pstate_last": {g: last[g]["pstate"] for g in last}}
         rows_all += rows

@@ -67,6 +67,7 @@ async def test_collect_once_reads_every_meter(tmp_path: Path) -> None:
     (e,) = snap.engines
     assert e.up and e.generation_tokens_per_s > 0 and e.running == 2 and e.kv_cache_usage_pct == 50.0
     assert snap.cost is not None and snap.cost.tokens.output_tokens == 100
+    assert snap.cost.assumptions.gpu_count == 2  # GPU rental: every GPU NVML sees
     out = json.loads(json.dumps(snap.to_dict()))
     assert out["gpu"]["devices"][1]["power_w"] == 130.0
     assert out["cost"]["api_model"] == "openai/gpt-4.1-mini"
@@ -134,6 +135,9 @@ async def test_endpoints_come_and_go_and_price_switches() -> None:
         assert set(meters.scrapers) == {"other"}
         assert meters.set_api_price("claude-haiku-4-5").provider == "anthropic"
         assert meters.set_api_price("no-such-model") is None
+        meters.set_assumptions(SelfHostAssumptions(mode=SelfHostMode.GPU_HOURLY, gpu_hourly_usd=2.0, gpu_count=1))
+        await meters.gpu.read_once()
+        assert meters.cost.assumptions.gpu_count == 1  # the user's count stays
         meters.set_engine_pid(12345)
         assert meters.engine_pid() == 12345
         await meters.aclose()

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -159,6 +159,7 @@ class Meters:
         if api_model and api is None:
             log.warning("cost meter: no price for %r in the price table", api_model)
         self.cost = CostMeter(api=api, assumptions=assumptions or SelfHostAssumptions())
+        self._auto_gpu_count = True  # GPU rental counts every GPU NVML sees, until the user says otherwise
         self.scrapers: dict[str, MetricsScraper] = {}
         for ep in endpoints:
             self._add_scraper(ep)
@@ -215,6 +216,8 @@ class Meters:
         return api
 
     def set_assumptions(self, assumptions: SelfHostAssumptions) -> None:
+        """The user's assumptions (the GPU count is theirs from now on)."""
+        self._auto_gpu_count = False
         self.cost.set_assumptions(assumptions)
 
     # ----------------------------------------------------------------- events in
@@ -223,6 +226,8 @@ class Meters:
         self.series_updated.emit(tuple(values))
 
     def _on_gpu_sampled(self, snap: GpuSnapshot) -> None:
+        if snap.ok and self._auto_gpu_count and self.cost.assumptions.gpu_count != len(snap.devices):
+            self.cost.set_assumptions(replace(self.cost.assumptions, gpu_count=len(snap.devices)))
         self.cost.on_gpu_snapshot(snap)
         if snap.ok:
             values: dict[str, float | None] = {}
