@@ -91,7 +91,8 @@ class TelemetrySettings(BaseSettings):
     api_price_model: str = "gpt-4.1-mini"
     """Paid API model the cost meter compares against (see prices.toml)."""
     gpu_hourly_usd: float | None = None
-    """Self-hosting cost as a GPU rental price per hour; None uses energy + amortization."""
+    """Self-hosting cost as a rental price per GPU-hour (times the GPUs NVML sees);
+    None uses energy + amortization."""
     electricity_usd_per_kwh: float = 0.15
     """Electricity price for the energy-based self-hosting cost."""
     pue: float = 1.3
@@ -100,6 +101,8 @@ class TelemetrySettings(BaseSettings):
     """Hardware price amortized over ``hardware_years``."""
     hardware_years: float = 3.0
     """Years over which the hardware price is amortized."""
+    app_metrics_port: int | None = None
+    """Serve the app's own meters as Prometheus text on 127.0.0.1:<port>; None = off."""
 
 
 class UiSettings(BaseSettings):

@@ -28,10 +28,22 @@ def _version(dist: str) -> str | None:
 
 
 def gpu_report() -> dict:
-    """GPU and driver through NVML; a plain 'no GPU' where there is none."""
-    from workstation.telemetry.nvml_probe import probe_gpus
+    """GPU and driver through the app's one NVML entry point; 'no GPU' where there is none."""
+    from workstation.telemetry.nvml import NvmlReader
 
-    return probe_gpus()
+    reader = NvmlReader()
+    try:
+        reader.open()
+        snapshot = reader.read()
+    finally:
+        reader.close()
+    gpus = [
+        {"index": d.index, "name": d.name,
+         "memory_total_gb": round(d.memory_total_bytes / 1e9, 1) if d.memory_total_bytes else None}
+        for d in snapshot.devices
+    ]
+    return {"gpus": gpus, "driver": snapshot.driver_version, "state": snapshot.state.value,
+            "reason": "" if gpus else snapshot.message}
 
 
 def collect() -> dict:
@@ -93,7 +105,7 @@ def _doctor(args: argparse.Namespace) -> int:
         print(f"model {name}: {state}{hint}")
     gpu = report["gpu"]
     if gpu.get("gpus"):
-        print(f"GPU: NVIDIA driver {gpu.get('driver')}, NVML {gpu.get('nvml')}")
+        print(f"GPU: NVIDIA driver {gpu.get('driver')}")
         for g in gpu["gpus"]:
             print(f"  GPU{g['index']}: {g['name']}, {g['memory_total_gb']} GB")
     else:
