@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -76,7 +77,10 @@ async def _phase(window, recorder, size: tuple[int, int] | None, args, out_dir: 
         path = out_dir / f"record-{size[0]}x{size[1]}.mp4"
         recorder.start(window, RecordingOptions(
             path=path, fps=args.fps, size_px=size, codec=VideoCodec.parse(args.codec),
-            overlay=args.overlay, duration_s=args.seconds), overlay_source=overlay)
+            overlay=args.overlay, duration_s=args.seconds, encoder_nice=args.encoder_nice),
+            overlay_source=overlay)
+        while not recorder.is_recording:  # the encoder process takes a moment to start
+            await asyncio.sleep(0.02)
     cpu0 = proc.cpu_times()
     t0 = time.monotonic()
     while time.monotonic() - t0 < args.seconds:
@@ -142,9 +146,10 @@ async def _bench(args, window, sessions, port: int, out_dir: Path) -> list[dict]
     await asyncio.sleep(args.warmup)
     recorder = Recorder(window)
     phases = []
-    for size in args.sizes:
-        phases.append(await _phase(window, recorder, size, args, out_dir))
-        await asyncio.sleep(1.0)
+    for _ in range(args.rounds):  # alternating phases share the machine's changing load
+        for size in args.sizes:
+            phases.append(await _phase(window, recorder, size, args, out_dir))
+            await asyncio.sleep(1.0)
     await sessions.aclose()
     await http.aclose()
     return phases
@@ -160,7 +165,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> list[dict]:
     from workstation.ui.main_window import MainWindow
     from workstation.ui.theme import apply_theme
 
-    deadline_s = args.warmup + len(args.sizes) * (args.seconds + 3) + 30
+    deadline_s = args.warmup + args.rounds * len(args.sizes) * (args.seconds + 4) + 30
     source = subprocess.Popen(
         [sys.executable, str(UI_INGEST), "--serve", "--rate", str(args.rate), "--sessions",
          str(args.sessions), "--deadline-s", str(deadline_s), "--source-hz", "0"],
@@ -207,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=_parse_size, default=(1920, 1080), help="window size WxH")
     parser.add_argument("--sizes", default="none,1920x1080,1280x720",
                         help="phases: comma-separated output sizes, 'none' = not recording")
+    parser.add_argument("--rounds", type=int, default=1, help="repeat the phases this many times")
+    parser.add_argument("--encoder-nice", type=int, default=5, help="niceness of the encoder process")
     parser.add_argument("--keep", type=Path, default=None, help="keep the videos in this folder")
     parser.add_argument("--verify", action="store_true", help="decode each video and count frames")
     args = parser.parse_args(argv)
@@ -224,10 +231,22 @@ def main(argv: list[str] | None = None) -> int:
               f"{p.get('frames_repeated', '-'):>7} {p.get('frames_dropped', '-'):>5} "
               f"{p.get('dropped_pct', '-'):>7} {p.get('encoder_cpu_percent', '-'):>8} "
               f"{p.get('gui_ms_per_frame_p50', '-'):>7} {p.get('file_mb', '-'):>6}")
+    by_record: dict[str, dict] = {}
+    for name in dict.fromkeys(p["record"] for p in phases):
+        group = [p for p in phases if p["record"] == name]
+        keys = ("achieved_tok_s", "loop_lag_p50_ms", "loop_lag_p99_ms", "cpu_percent", "dropped_pct",
+                "repeated_pct", "encoder_cpu_percent", "gui_ms_per_frame_p50", "mbit_s")
+        by_record[name] = {k: round(statistics.median(p[k] for p in group), 2)
+                           for k in keys if k in group[0]}
+        if "frames_written" in group[0]:
+            by_record[name]["frames_dropped"] = sum(p["frames_dropped"] for p in group)
+            by_record[name]["frames_grabbed"] = sum(p["frames_fresh"] + p["frames_dropped"] for p in group)
     summary = {
         "sessions": args.sessions, "offered_tok_s": args.rate, "fps": args.fps, "codec": args.codec,
         "window": f"{args.window[0]}x{args.window[1]}", "cpus": os.cpu_count(),
-        "load_avg_before": round(load_before, 2), "phases": phases,
+        "encoder_nice": args.encoder_nice, "rounds": args.rounds, "seconds_per_phase": args.seconds,
+        "load_avg_before": round(load_before, 2), "load_avg_after": round(os.getloadavg()[0], 2),
+        "median_by_record": by_record, "phases": phases,
     }
     print(json.dumps(summary))
     return 0

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import enum
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from PySide6.QtCore import QPoint, QRect
+import numpy as np
+from PySide6.QtCore import QPoint, QRect, QSize, Qt
 from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QWidget
-
-from workstation.ui.recorder.encoder import RawFrame
 
 _LITTLE = sys.byteorder == "little"
 _PIX_FMT = {
@@ -34,8 +35,20 @@ _PIX_FMT = {
     QImage.Format.Format_RGBX8888: "rgba",
     QImage.Format.Format_RGBA8888: "rgba",
     QImage.Format.Format_RGBA8888_Premultiplied: "rgba",
-    QImage.Format.Format_RGB888: "rgb24",
 }
+"""4-byte formats the encoder reads as they are; anything else is converted to RGB32."""
+_BYTES_PER_PIXEL = 4
+
+
+@dataclass(frozen=True, slots=True)
+class GrabbedPicture:
+    """Where :meth:`FrameGrabber.grab_into` put a picture: tightly packed rows."""
+
+    width_px: int
+    height_px: int
+    bytes_per_line: int
+    pix_fmt: str
+    qimage_format: QImage.Format
 
 
 class GrabMethod(enum.Enum):
@@ -84,6 +97,51 @@ class FrameGrabber:
                 return _supported(image)
         return None
 
+    def grab_into(self, buffer_for: Callable[[int], memoryview],
+                  max_bytes: int) -> GrabbedPicture | None:
+        """Copy a picture straight into the buffer ``buffer_for(nbytes)`` gives (one copy
+        of the backing store's rows; no QImage in between where it can be avoided).
+        Pictures over ``max_bytes`` (the window grew) are scaled down to fit."""
+        if not self.target.isVisible():
+            return None
+        area = self.logical_rect()
+        if area.isEmpty():
+            return None
+        source: QImage | None = None
+        pixels: QRect | None = None
+        if self.method in (GrabMethod.AUTO, GrabMethod.BACKING_STORE):
+            store = self.target.window().backingStore()
+            device = store.paintDevice() if store is not None else None
+            if isinstance(device, QImage) and not device.isNull() and device.format() in _PIX_FMT:
+                ratio = device.devicePixelRatio()
+                pixels = QRect(round(area.x() * ratio), round(area.y() * ratio),
+                               round(area.width() * ratio), round(area.height() * ratio))
+                pixels = pixels.intersected(device.rect())
+                if not pixels.isEmpty():
+                    source = device
+                    self.last_method = GrabMethod.BACKING_STORE
+        if source is None:
+            if self.method is GrabMethod.BACKING_STORE:
+                return None
+            image = self.grab()
+            if image is None:
+                return None
+            source, pixels = _supported(image), QRect(0, 0, image.width(), image.height())
+        width, height = pixels.width(), pixels.height()
+        if width * height * _BYTES_PER_PIXEL > max_bytes:
+            source = source.copy(pixels).scaled(
+                _fit(width, height, max_bytes), Qt.AspectRatioMode.KeepAspectRatio,
+                Qt.TransformationMode.FastTransformation)
+            pixels = QRect(0, 0, source.width(), source.height())
+            width, height = source.width(), source.height()
+        row_bytes = width * _BYTES_PER_PIXEL
+        rows = np.frombuffer(source.constBits(), np.uint8, count=source.bytesPerLine() * source.height())
+        rows = rows.reshape(source.height(), source.bytesPerLine())
+        target = np.frombuffer(buffer_for(row_bytes * height), np.uint8).reshape(height, row_bytes)
+        x0 = pixels.x() * _BYTES_PER_PIXEL
+        np.copyto(target, rows[pixels.y():pixels.y() + height, x0:x0 + row_bytes])
+        return GrabbedPicture(width, height, row_bytes, _PIX_FMT[source.format()], source.format())
+
     def _grab_with(self, method: GrabMethod, area: QRect) -> QImage | None:
         window = self.target.window()
         if method is GrabMethod.BACKING_STORE:
@@ -112,14 +170,6 @@ def _supported(image: QImage) -> QImage:
     return image.convertToFormat(QImage.Format.Format_RGB32)
 
 
-def raw_frame(image: QImage, slot: int) -> RawFrame:
-    """Wrap a grabbed picture for the encoder without copying its pixels."""
-    return RawFrame(
-        slot=slot,
-        pixels=image.constBits(),
-        width_px=image.width(),
-        height_px=image.height(),
-        bytes_per_line=image.bytesPerLine(),
-        pix_fmt=_PIX_FMT[image.format()],
-        owner=image,
-    )
+def _fit(width: int, height: int, max_bytes: int) -> QSize:
+    scale = (max_bytes / (width * height * _BYTES_PER_PIXEL)) ** 0.5
+    return QSize(max(2, int(width * scale)), max(2, int(height * scale)))

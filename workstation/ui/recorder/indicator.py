@@ -38,7 +38,10 @@ class RecordingIndicator(QLabel):
 
     @Slot(object)
     def _on_recorder_state_changed(self, state: RecorderState) -> None:
-        if state is RecorderState.RECORDING:
+        if state is RecorderState.STARTING:
+            self.setText("● REC starting…")
+            self.show()
+        elif state is RecorderState.RECORDING:
             self._tick.start()
             self._on_tick_timeout()
             self.show()

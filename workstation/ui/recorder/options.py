@@ -90,6 +90,9 @@ class RecordingOptions:
     """Stop by itself after this long (measured on the monotonic clock); None: until stopped."""
     encoder_threads: int = 1
     """Threads the encoder may use; 1 keeps its cost on one core (0 lets it decide)."""
+    encoder_nice: int = 5
+    """Scheduling niceness of the encoder process (0–19): where CPU is short, the window
+    stays smooth and the recording drops frames (counted) rather than the other way round."""
     queue_s: float = 0.25
     """How much grabbed video may wait for the encoder before frames are dropped."""
     fragment_s: float = 1.0
@@ -112,6 +115,8 @@ class RecordingOptions:
             raise UserError(f"recording duration must be positive, not {self.duration_s:g} s")
         if self.encoder_threads < 0:
             raise UserError("encoder_threads must be 0 (automatic) or more")
+        if not 0 <= self.encoder_nice <= 19:
+            raise UserError("encoder_nice must be between 0 and 19")
         suffix = self.path.suffix.lower()
         if suffix not in _CONTAINERS:
             raise UserError(f"cannot record to '{self.path.name}': unknown video file type",

@@ -53,12 +53,12 @@ def create_record_action(
 
     def refresh(state: RecorderState | None = None) -> None:
         state = recorder.state if state is None else state
-        action.setChecked(state is RecorderState.RECORDING)
+        running = state in (RecorderState.STARTING, RecorderState.RECORDING)
+        action.setChecked(running)
         action.setEnabled(state is not RecorderState.FINISHING)
-        action.setText("Stop" if state is RecorderState.RECORDING else "Rec")
-        action.setIcon(_icon("stop", REC_COLOR) if state is RecorderState.RECORDING
-                       else _icon("record", REC_COLOR))
-        action.setToolTip("Stop recording (Ctrl+R)" if state is RecorderState.RECORDING
+        action.setText("Stop" if running else "Rec")
+        action.setIcon(_icon("stop" if running else "record", REC_COLOR))
+        action.setToolTip("Stop recording (Ctrl+R)" if running
                           else "Record the window to a video file (Ctrl+R)")
 
     def triggered() -> None:

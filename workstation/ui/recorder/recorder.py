@@ -1,9 +1,10 @@
 """The recorder: real-time video of the window, a pane or a region, honest about time.
 
 On the GUI thread a precise single-shot timer wakes at each frame boundary of the
-monotonic clock (``t0 + k / fps``), grabs a picture (see ``capture``), draws the optional
-caption and hands it to the encoder worker (see ``encoder``), which fills any slot that
-got no picture with the previous one. So the file always holds ``round(duration × fps)``
+monotonic clock (``t0 + k / fps``), copies the picture from the window's backing store
+straight into a shared-memory slot (see ``capture`` and ``ring``), draws the optional
+caption there and hands the slot to the encoder process (see ``encoder`` and ``worker``),
+which fills any frame slot that got no picture with the previous one. So the file always holds ``round(duration × fps)``
 frames with presentation times ``k / fps``, whatever the load: a late grab is shown late
 (and the slots it missed counted as *repeated*), a grab the encoder cannot take is
 *dropped* (and counted), and nothing is ever sped up or slowed down.
@@ -11,8 +12,9 @@ frames with presentation times ``k / fps``, whatever the load: a late grab is sh
 Finalizing never depends on the event loop: :meth:`Recorder.stop` returns a
 ``concurrent.futures.Future``; :meth:`Recorder.wait` blocks for it (shutdown, headless
 runs); the recorder also finalizes when the application quits, when the captured widget
-is destroyed, and (through the encoder) at interpreter exit. While recording, MP4 files
-are written in one-second fragments, so even SIGKILL leaves a playable file.
+is destroyed, and at interpreter exit; and the encoder process closes the file by itself
+when the app dies, even by SIGKILL (it reads EOF on its pipe). MP4 files are written in
+one-second fragments besides, so even a killed encoder leaves a playable file.
 """
 
 from __future__ import annotations
@@ -28,13 +30,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import QCoreApplication, QObject, QRect, Qt, QTimer, Signal, Slot
+from PySide6.QtGui import QImage
 from PySide6.QtWidgets import QWidget
 
 from workstation.core.errors import UserError
-from workstation.ui.recorder.capture import FrameGrabber, GrabMethod, raw_frame
-from workstation.ui.recorder.encoder import EncoderOutcome, EncoderWorker
+from workstation.ui.recorder.capture import FrameGrabber, GrabMethod
+from workstation.ui.recorder.encoder import EncoderOutcome
 from workstation.ui.recorder.options import RecordingOptions
 from workstation.ui.recorder.overlay import OverlayPainter, OverlaySource
+from workstation.ui.recorder.worker import EncoderWorker
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +51,8 @@ QUIT_FINALIZE_TIMEOUT_S = 30.0
 
 class RecorderState(enum.Enum):
     IDLE = "idle"
+    STARTING = "starting"
+    """The encoder process is starting (a few hundred ms); frame 0 comes when it is ready."""
     RECORDING = "recording"
     FINISHING = "finishing"
     """Stopped; the encoder is writing out the last frames and closing the file."""
@@ -122,6 +128,9 @@ def _percentile(values: deque[float], q: float) -> float:
 class Recorder(QObject):
     """Start/stop recording of one widget. One recording at a time per recorder.
 
+    :meth:`start` returns at once (state ``STARTING``); recording — and the clock of
+    frame 0 — begins when the encoder process is ready.
+
     Signals (all on the GUI thread): ``state_changed(RecorderState)``,
     ``recording_changed(bool)`` (for a checkable REC action and the indicator),
     ``stats_changed(RecordingStats)`` about once a second, ``finished(RecordingResult)``
@@ -134,6 +143,7 @@ class Recorder(QObject):
     stats_changed = Signal(object)
     finished = Signal(object)
     failed = Signal(str)
+    _encoder_ready = Signal()
     _encoder_done = Signal(object)
 
     def __init__(self, parent: QObject | None = None) -> None:
@@ -143,6 +153,7 @@ class Recorder(QObject):
         self._timer.setSingleShot(True)
         self._timer.setTimerType(Qt.TimerType.PreciseTimer)
         self._timer.timeout.connect(self._on_timer_timeout)
+        self._encoder_ready.connect(self._on_encoder_ready, Qt.ConnectionType.QueuedConnection)
         self._encoder_done.connect(self._on_encoder_done, Qt.ConnectionType.QueuedConnection)
         self._options: RecordingOptions | None = None
         self._grabber: FrameGrabber | None = None
@@ -180,31 +191,30 @@ class Recorder(QObject):
               overlay_source: OverlaySource | None = None,
               grab_method: GrabMethod = GrabMethod.AUTO) -> None:
         """Start recording ``target`` (the main window, a pane, or ``region`` of it).
-        Raises :class:`UserError` when it cannot (already recording, nothing shown,
-        the file cannot be written, the codec is missing)."""
+        Raises :class:`UserError` when it cannot (already recording, nothing shown, the
+        file cannot be written, the codec is missing); later problems come as ``failed``."""
         if self._state is not RecorderState.IDLE:
-            raise UserError("a recording is already running" if self.is_recording
+            raise UserError("a recording is already running" if self._state is not RecorderState.FINISHING
                             else "the previous recording is still being finalized")
         grabber = FrameGrabber(target, region=region, method=grab_method)
-        t0 = time.monotonic()
-        image = grabber.grab()
-        if image is None:
+        first = grabber.grab()
+        if first is None:
             raise UserError("nothing to record: the window is not shown (or the area is empty)")
-        out_w, out_h = options.output_size_for(image.width(), image.height())
-        worker = EncoderWorker(options, out_w, out_h)  # opens the file: errors surface here
+        out_w, out_h = options.output_size_for(first.width(), first.height())
+        picture_bytes = max(first.width() * first.height(), out_w * out_h) * 4
+        worker = EncoderWorker(options, out_w, out_h, max_picture_bytes=picture_bytes,
+                               on_ready=self._emit_encoder_ready, on_done=self._emit_encoder_done)
         self._options, self._grabber, self._worker = options, grabber, worker
         self._overlay = OverlayPainter(overlay_source) if options.overlay else None
         self._target = target
-        self._t0_s, self._next_slot, self._stats_at_s = t0, 0, t0
+        self._t0_s = self._stop_s = 0.0
+        self._next_slot = 0
         self._grab_ms.clear()
         self._result = Future()
         target.destroyed.connect(self._on_target_destroyed)
-        self._submit(image, 0, t0)
-        self._next_slot = 1
-        self._set_state(RecorderState.RECORDING)
-        log.info("recording %s at %g fps, %d×%d, %s, via %s", options.path, options.fps,
-                 out_w, out_h, options.codec.value, grabber.last_method)
-        self._schedule()
+        self._set_state(RecorderState.STARTING)
+        log.info("recording %s at %g fps, %d×%d, %s (encoder pid %s)", options.path, options.fps,
+                 out_w, out_h, options.codec.value, worker.pid)
 
     def stop(self) -> Future[RecordingResult]:
         """Stop and finalize in the background. The future (and ``finished``) gives the
@@ -213,17 +223,17 @@ class Recorder(QObject):
             if self._result is not None:
                 return self._result
             raise UserError("no recording is running")
-        if self._state is RecorderState.RECORDING:
+        if self._state in (RecorderState.STARTING, RecorderState.RECORDING):
             self._timer.stop()
-            now = time.monotonic()
-            planned_end = (self._t0_s + self._options.duration_s
-                           if self._options.duration_s is not None else math.inf)
-            self._stop_s = min(now, planned_end)
-            total = max(round((self._stop_s - self._t0_s) * self._options.fps), self._next_slot)
-            encoder_future = self._worker.finish(total)
+            total = 0
+            if self._state is RecorderState.RECORDING:
+                planned_end = (self._t0_s + self._options.duration_s
+                               if self._options.duration_s is not None else math.inf)
+                self._stop_s = min(time.monotonic(), planned_end)
+                total = max(round((self._stop_s - self._t0_s) * self._options.fps), self._next_slot)
+            self._worker.finish(total)
             self._disconnect_target()
             self._set_state(RecorderState.FINISHING)
-            encoder_future.add_done_callback(self._emit_encoder_done)
         return self._result
 
     def wait(self, timeout_s: float | None = QUIT_FINALIZE_TIMEOUT_S) -> RecordingResult | None:
@@ -231,7 +241,8 @@ class Recorder(QObject):
         runs; the GUI is frozen meanwhile). None if it took longer than ``timeout_s``."""
         if self._state is RecorderState.IDLE and self._result is None:
             return None
-        self.stop()
+        if self._state is not RecorderState.IDLE:
+            self.stop()
         outcome = self._worker.join(timeout_s) if self._worker is not None else None
         if outcome is not None:
             self._complete(outcome)
@@ -242,6 +253,8 @@ class Recorder(QObject):
         """For a REC button / Ctrl+R: stop when recording, else start with fresh options."""
         if self.is_recording:
             self.stop()
+        elif self._state is RecorderState.STARTING:
+            self.stop()
         elif self._state is RecorderState.IDLE:
             self.start(target, make_options(), overlay_source=overlay_source)
 
@@ -251,7 +264,7 @@ class Recorder(QObject):
         encoder = self._worker.stats()
         end = time.monotonic() if self.is_recording else self._stop_s
         return RecordingStats(
-            path=self._options.path, elapsed_s=max(0.0, end - self._t0_s),
+            path=self._options.path, elapsed_s=max(0.0, end - self._t0_s) if self._t0_s else 0.0,
             frames_written=encoder.frames_written, frames_fresh=encoder.frames_fresh,
             frames_repeated=encoder.frames_repeated, frames_dropped=encoder.frames_dropped,
             queue_peak=encoder.queue_peak, encoder_cpu_s=encoder.encoder_cpu_s,
@@ -279,9 +292,7 @@ class Recorder(QObject):
             return
         slot = int((now - self._t0_s) * options.fps)
         if slot >= self._next_slot:
-            image = self._grabber.grab()
-            if image is not None:  # hidden for a moment: the encoder repeats the last frame
-                self._submit(image, slot, now)
+            self._capture(slot, now)
             self._next_slot = slot + 1
         if self._worker.failed is not None:
             self.stop()
@@ -291,18 +302,48 @@ class Recorder(QObject):
             self.stats_changed.emit(self.stats())
         self._schedule()
 
-    def _submit(self, image, slot: int, now_s: float) -> None:
+    def _capture(self, slot: int, now_s: float) -> None:
+        """Grab into a free shared slot and hand it over; when the encoder is behind,
+        nothing is grabbed at all (the worker counts the drop)."""
+        worker = self._worker
+        index = worker.reserve()
+        if index is None:
+            return
+        picture = self._grabber.grab_into(lambda nbytes: worker.slot_buffer(index, nbytes),
+                                          worker.ring.slot_bytes)
+        if picture is None:  # hidden for a moment: the encoder repeats the last frame
+            return
         if self._overlay is not None:
+            nbytes = picture.bytes_per_line * picture.height_px
+            image = QImage(worker.slot_buffer(index, nbytes), picture.width_px, picture.height_px,
+                           picture.bytes_per_line, picture.qimage_format)
             self._overlay.paint(image, elapsed_s=now_s - self._t0_s, now_s=now_s)
-        self._worker.submit(raw_frame(image, slot))
+            del image
+        worker.commit(index, slot, picture.width_px, picture.height_px, picture.bytes_per_line,
+                      picture.pix_fmt)
         self._grab_ms.append((time.monotonic() - now_s) * 1000.0)
 
-    # ----- finishing -----
-    def _emit_encoder_done(self, future: Future[EncoderOutcome]) -> None:
-        try:  # runs on the encoder thread; Qt queues the signal to the GUI thread
-            self._encoder_done.emit(future.result())
-        except RuntimeError:  # the recorder was deleted meanwhile; wait()/the future still work
+    # ----- from the encoder's reader thread (queued to the GUI thread) -----
+    def _emit_encoder_ready(self) -> None:
+        try:
+            self._encoder_ready.emit()
+        except RuntimeError:  # the recorder was deleted meanwhile
+            log.debug("recorder gone before its encoder was ready")
+
+    def _emit_encoder_done(self, outcome: EncoderOutcome) -> None:
+        try:
+            self._encoder_done.emit(outcome)
+        except RuntimeError:  # wait() and the future still work
             log.debug("recorder gone before its encoder finished")
+
+    @Slot()
+    def _on_encoder_ready(self) -> None:
+        if self._state is not RecorderState.STARTING:
+            return
+        self._t0_s = self._stats_at_s = time.monotonic()
+        self._next_slot = 0
+        self._set_state(RecorderState.RECORDING)
+        self._on_timer_timeout()  # frame 0, now
 
     @Slot(object)
     def _on_encoder_done(self, outcome: EncoderOutcome) -> None:
@@ -311,18 +352,25 @@ class Recorder(QObject):
     def _complete(self, outcome: EncoderOutcome) -> None:
         if self._result is None or self._result.done():
             return
+        if self._state in (RecorderState.STARTING, RecorderState.RECORDING):
+            self._timer.stop()  # the encoder ended by itself (failed, or was killed)
+            self._stop_s = time.monotonic() if self._t0_s else 0.0
+            self._disconnect_target()
         stats = outcome.stats
+        error = outcome.error
+        if error is None and stats.frames_written == 0:
+            error = "stopped before the first frame"
         result = RecordingResult(
             path=outcome.path, fps=outcome.fps, width_px=outcome.width_px,
             height_px=outcome.height_px, codec=self._options.codec.value,
             duration_s=stats.frames_written / outcome.fps,
-            wall_duration_s=self._stop_s - self._t0_s, started_monotonic_s=self._t0_s,
+            wall_duration_s=max(0.0, self._stop_s - self._t0_s), started_monotonic_s=self._t0_s,
             frames_written=stats.frames_written, frames_fresh=stats.frames_fresh,
             frames_repeated=stats.frames_repeated, frames_dropped=stats.frames_dropped,
             queue_peak=stats.queue_peak, encoder_cpu_s=stats.encoder_cpu_s,
             grab_ms_p50=_percentile(self._grab_ms, 0.5), grab_ms_p99=_percentile(self._grab_ms, 0.99),
             bytes_written=stats.bytes_written, capture_method=self._capture_method(),
-            error=outcome.error,
+            error=error,
         )
         self._result.set_result(result)
         self._set_state(RecorderState.IDLE)
@@ -355,7 +403,7 @@ class Recorder(QObject):
     @Slot()
     def _on_target_destroyed(self) -> None:
         self._target = None
-        if self.is_recording:
+        if self._state in (RecorderState.STARTING, RecorderState.RECORDING):
             log.warning("the recorded widget was closed: finalizing the recording")
             self.stop()
 
