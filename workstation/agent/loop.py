@@ -150,6 +150,7 @@ class Agent:
         self._idle.set()
         self._baseline_done = False
         self._last_finish = ""
+        self._last_ok_call: tuple[str, dict[str, Any]] | None = None
         self._run_prompt = self._run_completion = self._run_turns = 0
         self._needs_repair = False
         if snapshot is not None:
@@ -267,6 +268,7 @@ class Agent:
         self._mistakes = 0
         self._needs_input = False
         self._completed = False
+        self._last_ok_call = None
 
     def set_mode(self, mode: AgentMode) -> None:
         """Switch Plan/Act; the model is told before its next turn."""
@@ -595,6 +597,9 @@ class Agent:
         started = time.monotonic()
         if self._mode is AgentMode.PLAN and not spec.in_plan_mode:
             return self._fail_call(call, args, prompts.plan_mode_refusal(name), started=started), None
+        if (name, args) == self._last_ok_call and spec.category is not ToolCategory.INTERACTION:
+            return self._fail_call(call, args, prompts.REPEATED_CALL, started=started), None
+        self._last_ok_call = None
         if name == "attempt_completion":
             self._finish_call(call, args, "ok", prompts.COMPLETION_ACK, started)
             self._mistakes = 0
@@ -649,6 +654,7 @@ class Agent:
             self._files_changed.append(args["path"])
         self._mistakes = 0
         self._finish_call(call, args, "ok", run.text + approval_note, started)
+        self._last_ok_call = (name, args)
         if run.changed_files:
             await self._checkpoint(summary)
         return "ok", None

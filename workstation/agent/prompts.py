@@ -78,6 +78,12 @@ HEADLESS_ANSWER = (
 
 COMPLETION_ACK = "The result was shown to the user."
 
+REPEATED_CALL = (
+    "you just made exactly this call (same tool, same arguments) and it succeeded; its result "
+    "is above, so it was not run again. Next step: the next part of the task, or "
+    "attempt_completion with a short result if the task is done."
+)
+
 SKIPPED_RESULT = "[SKIPPED] Not run: an earlier tool call in the same reply failed or was refused."
 
 

@@ -43,6 +43,9 @@ class Param:
     description: str
     required: bool = True
     example: str = ""
+    advertised: bool = True
+    """False: accepted when sent, but left out of the schema (weak models fill every
+    optional field they see; SmolLM2 sent ``end_line: 1`` to read_file)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +65,8 @@ class ToolSpec:
     def schema(self) -> dict[str, Any]:
         props: dict[str, Any] = {}
         for p in self.params:
+            if not p.advertised:
+                continue
             prop: dict[str, Any] = {"type": p.type, "description": p.description}
             if p.type == "array":
                 prop["items"] = {"type": "string"}
@@ -69,7 +74,7 @@ class ToolSpec:
         return {
             "type": "object",
             "properties": props,
-            "required": [p.name for p in self.params if p.required],
+            "required": [p.name for p in self.params if p.required and p.advertised],
             "additionalProperties": False,
         }
 
@@ -89,10 +94,12 @@ R, E, C, I = ToolCategory.READ, ToolCategory.EDIT, ToolCategory.COMMAND, ToolCat
 PATH = "Path relative to the project root"
 
 TOOL_SPECS: tuple[ToolSpec, ...] = (
-    ToolSpec("read_file", R, "Read a text file. Optionally only lines start_line..end_line (1-based).", (
-        Param("path", "string", PATH + ", e.g. src/app.py", example="src/app.py"),
-        Param("start_line", "integer", "First line to read (optional)", required=False, example="1"),
-        Param("end_line", "integer", "Last line to read (optional)", required=False, example="40"),
+    ToolSpec("read_file", R, "Read a text file. A long file comes in parts: the result says how to "
+             "read on (start_line).", (
+        Param("path", "string", PATH, example="src/app.py"),
+        Param("start_line", "integer", "First line to read (1-based)", required=False, example="1",
+              advertised=False),
+        Param("end_line", "integer", "Last line to read", required=False, example="40", advertised=False),
     ), True),
     ToolSpec("write_to_file", E, "Create or overwrite a file with the complete new content.", (
         Param("path", "string", PATH, example="src/hello.py"),
@@ -108,7 +115,7 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
     ToolSpec("search_files", R, "Search files under a directory for a regular expression.", (
         Param("path", "string", "Directory to search, relative to the project root", example="."),
         Param("regex", "string", "Regular expression (Python syntax)", example="def main"),
-        Param("file_pattern", "string", "Glob of files to search, e.g. *.py (optional)",
+        Param("file_pattern", "string", "Glob of the files to search (optional)",
               required=False, example="*.py"),
     ), True),
     ToolSpec("list_files", R, "List files and directories in a directory.", (
@@ -261,11 +268,13 @@ def text_protocol_description() -> str:
     for spec in TOOL_SPECS:
         lines = [f"## {spec.name}", f"Description: {spec.description}", "Parameters:"]
         for p in spec.params:
+            if not p.advertised:
+                continue
             need = "required" if p.required else "optional"
             lines.append(f"- {p.name}: ({need}) {p.description}")
         lines.append("Usage:")
         lines.append(f"<{spec.name}>")
-        for p in spec.params:
+        for p in (p for p in spec.params if p.advertised):
             lines.append(f"<{p.name}>{p.example}</{p.name}>")
         lines.append(f"</{spec.name}>")
         parts.append("\n".join(lines))
