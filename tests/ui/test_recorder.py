@@ -347,6 +347,61 @@ def test_options_from_the_demo_manifest(tmp_path) -> None:
     assert options.codec is VideoCodec.H264 and options.duration_s == 20
 
 
+def test_headless_demo_recording_of_the_main_window(qtbot, tmp_path, monkeypatch) -> None:
+    """What ``workstation demo --headless --sessions 8 --record OUT.mp4 --duration N`` does
+    with these pieces: plan 8 sessions from the default manifest, show them in the real
+    window, record for a fixed duration on the asyncio loop, then check the file."""
+    import asyncio
+
+    from workstation.config import load_settings
+    from workstation.core.session_state import SessionState
+    from workstation.fleet.demo_manifest import load_manifest, plan_sessions
+    from workstation.ui.main_window import MainWindow
+    from workstation.ui.panes.session_pane import PaneInfo
+    from workstation.ui.recorder import probe_video
+
+    monkeypatch.setenv("WORKSTATION_DATA_DIR", str(tmp_path / "data"))
+    manifest = load_manifest()
+    window = MainWindow(load_settings())
+    qtbot.addWidget(window)
+    plan = plan_sessions(manifest, 8)
+    for session in plan:
+        window.add_session(PaneInfo(session_id=session.name, name=session.name,
+                                    repo=session.repository.name, mode=session.task.mode.value,
+                                    state=SessionState.RUNNING))
+        window.doc(session.name).stream(session.task.prompt + "\n")
+    recorder = Recorder(window)
+    window.install_record_action(create_record_action(recorder, window, lambda: None))
+    window.statusBar().addPermanentWidget(RecordingIndicator(recorder))
+    window.resize(1280, 720)
+    window.show()
+    qtbot.waitExposed(window)
+    feed = QTimer(window)
+    words = iter(range(10**9))
+    feed.timeout.connect(lambda: [window.doc(s.name).stream(f" token{next(words)}") for s in plan])
+    feed.start(20)
+    options = RecordingOptions.from_demo(manifest.recording, tmp_path / "demo.mp4", duration_s=2.0)
+    recorder.start(window, options, overlay_source=lambda: OverlayValues(
+        sessions=len(plan), sessions_running=len(plan), tokens_per_s=400.0))
+    loop = asyncio.new_event_loop()
+    try:
+        async def until_done():
+            while True:  # the GUI keeps running: this test drives Qt's events by hand
+                qtbot.wait(10)
+                if recorder.state is RecorderState.IDLE and recorder._result is not None:
+                    return await recorder.wait_async()
+
+        result = loop.run_until_complete(asyncio.wait_for(until_done(), 30))
+    finally:
+        loop.close()
+    feed.stop()
+    assert result.ok and (result.width_px, result.height_px) == (1280, 720)
+    assert window.record_action.text() == "Rec" and not window.record_action.isChecked()
+    summary = probe_video(result.path)
+    assert abs(summary.frames - 60) <= 1 and summary.duration_s == pytest.approx(2.0, abs=0.05)
+    assert (summary.width_px, summary.height_px, summary.codec) == (1280, 720, "h264")
+
+
 def test_bad_options_are_plain_errors(tmp_path) -> None:
     with pytest.raises(UserError, match="unknown video file type"):
         RecordingOptions(path=tmp_path / "x.gif")

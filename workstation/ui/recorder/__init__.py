@@ -5,7 +5,8 @@ Entry points::
     recorder = Recorder(parent=window)
     recorder.start(window, RecordingOptions(path=Path("demo.mp4"), size_px=(1280, 720),
                    overlay=True, duration_s=20), overlay_source=lambda: OverlayValues(...))
-    result = recorder.stop().result()      # or recorder.wait(); or the ``finished`` signal
+    result = await recorder.wait_async()   # or recorder.wait(); or the ``finished`` signal
+    summary = probe_video(result.path)     # decodes it: frames, duration, size
 
 ``RecordingIndicator(recorder)`` is the status-bar "● REC 00:01:23" label;
 ``create_record_action(recorder, window, make_options)`` the toolbar's REC button
@@ -36,6 +37,8 @@ _EXPORTS = {
     "RecorderState": "recorder",
     "RecordingResult": "recorder",
     "RecordingStats": "recorder",
+    "VideoSummary": "probe",
+    "probe_video": "probe",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -45,6 +48,7 @@ if TYPE_CHECKING:
     from workstation.ui.recorder.indicator import RecordingIndicator
     from workstation.ui.recorder.options import RecordingOptions, VideoCodec, default_recording_path
     from workstation.ui.recorder.overlay import OverlayPainter, OverlaySource, OverlayValues
+    from workstation.ui.recorder.probe import VideoSummary, probe_video
     from workstation.ui.recorder.record_action import create_record_action
     from workstation.ui.recorder.recorder import Recorder, RecorderState, RecordingResult, RecordingStats
     from workstation.ui.recorder.worker import EncoderWorker

@@ -93,7 +93,7 @@ class RecordingOptions:
     encoder_nice: int = 5
     """Scheduling niceness of the encoder process (0–19): where CPU is short, the window
     stays smooth and the recording drops frames (counted) rather than the other way round."""
-    queue_s: float = 0.25
+    queue_s: float = 0.5
     """How much grabbed video may wait for the encoder before frames are dropped."""
     fragment_s: float = 1.0
     """MP4 fragment length: at most this much is lost when the process dies mid-write."""

@@ -19,6 +19,7 @@ one-second fragments besides, so even a killed encoder leaves a playable file.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import math
@@ -247,6 +248,13 @@ class Recorder(QObject):
         if outcome is not None:
             self._complete(outcome)
         return self._result.result() if self._result is not None and self._result.done() else None
+
+    async def wait_async(self) -> RecordingResult:
+        """Await the end of the current recording (it stops by itself after
+        ``duration_s``, or when :meth:`stop` is called) without blocking the event loop."""
+        if self._result is None:
+            raise UserError("no recording was started")
+        return await asyncio.wrap_future(self._result)
 
     def toggle(self, target: QWidget, make_options: Callable[[], RecordingOptions], *,
                overlay_source: OverlaySource | None = None) -> None:
