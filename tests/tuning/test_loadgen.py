@@ -1,0 +1,141 @@
+import pytest
+
+from workstation.core.requests import RequestRecord
+from workstation.core.traffic import shape_from_records
+from workstation.tuning.loadgen import LoadError, LoadGenerator, workload_from_shape
+from workstation.tuning.results import BenchResult, Slo, Workload, comparison_table
+from workstation.tuning.workload import ReplayStream, TokenSource
+
+from .fake_vllm import FakeVllm
+
+
+def endpoint_of(engine):
+    from workstation.core.endpoints import Endpoint
+
+    return Endpoint(engine.base_url, "k", "m")
+
+
+async def test_synthetic_run_counts_exact_tokens_and_is_bounded_in_time():
+    vllm = FakeVllm()
+    engine = vllm.add(token_delay_s=0.01)
+    async with vllm.client() as http:
+        w = Workload(kind="synthetic", concurrency=4, input_len=32, output_len=10, duration_s=1.0, warmup_s=0.2)
+        result = await LoadGenerator(http, endpoint_of(engine), w, slo=Slo(ttft_ms=1000, tpot_ms=100)).run()
+    assert result.duration_s == pytest.approx(1.0, abs=0.05)
+    assert result.completed > 0 and result.failed == 0
+    # 4 streams at ~100 tok/s each: the window sees roughly 400 tok/s
+    assert 200 < result.output_tok_s < 450
+    assert result.total_tok_s > result.output_tok_s
+    assert result.ttft.p50_ms is not None and result.tpot.p50_ms is not None and result.itl.p99_ms is not None
+    assert result.goodput_pct == 100.0
+    assert result.cut <= 4
+    assert engine.served >= result.completed
+
+
+async def test_max_requests_bounds_the_count():
+    vllm = FakeVllm()
+    engine = vllm.add()
+    async with vllm.client() as http:
+        w = Workload(kind="synthetic", concurrency=2, input_len=8, output_len=3, duration_s=30.0, max_requests=5)
+        result = await LoadGenerator(http, endpoint_of(engine), w).run()
+    assert result.completed == 5
+    assert engine.served == 5
+
+
+async def test_tight_slo_lowers_goodput():
+    vllm = FakeVllm()
+    engine = vllm.add(token_delay_s=0.02)
+    async with vllm.client() as http:
+        w = Workload(kind="synthetic", concurrency=2, input_len=8, output_len=5, duration_s=0.6, warmup_s=0.0)
+        result = await LoadGenerator(http, endpoint_of(engine), w, slo=Slo(ttft_ms=1.0, tpot_ms=None)).run()
+    assert result.completed > 0 and result.goodput_pct == 0.0 and result.goodput_req_s == 0.0
+
+
+async def test_refusing_endpoint_is_a_plain_error():
+    vllm = FakeVllm()
+    engine = vllm.add()
+    engine.up = False
+    async with vllm.client() as http:
+        w = Workload(kind="synthetic", concurrency=1, input_len=8, output_len=3, duration_s=0.5)
+        with pytest.raises(LoadError, match="refused"):
+            await LoadGenerator(http, endpoint_of(engine), w).run()
+
+
+def test_workloads_that_cannot_fit_are_refused():
+    w = Workload(kind="synthetic", concurrency=1, input_len=8000, output_len=512)
+    with pytest.raises(ValueError, match="do not fit"):
+        LoadGenerator(None, None, w, max_context=8192)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="captured traffic shape"):
+        LoadGenerator(None, None, Workload(kind="replay", concurrency=1))  # type: ignore[arg-type]
+
+
+def rec(sid, start, prompt, out):
+    return RequestRecord("e", "m", sid, start, 0.1, 1.0, prompt, out, 0, 0.1, True)
+
+
+def test_replay_keeps_append_only_histories_with_real_output_tokens():
+    shape = shape_from_records("s", [rec("a", 0, 40, 5), rec("a", 1, 60, 5), rec("a", 2, 30, 5)])
+    stream = ReplayStream(TokenSource(range(100, 200), seed=1), [reqs for _, reqs in shape.trace], start=0, step=1)
+    first = stream.next()
+    assert len(first.prompt) == 40 and first.max_tokens == 5 and first.want_ids
+    stream.completed([1, 2, 3, 4, 5])
+    second = stream.next()
+    assert len(second.prompt) == 60
+    assert second.prompt[:45] == first.prompt + [1, 2, 3, 4, 5]  # previous prompt + what the server generated
+    stream.completed([9] * 5)
+    third = stream.next()  # shorter than the history: the agent condensed, start over
+    assert len(third.prompt) == 30 and third.prompt[:10] != second.prompt[:10]
+    stream.completed(None)
+    # the session's trace is over: the stream moves on to the next captured session (the same one here)
+    again = stream.next()
+    assert len(again.prompt) == 40
+
+
+def test_replay_respects_the_context_length():
+    shape = shape_from_records("s", [rec("a", 0, 9000, 500)])
+    stream = ReplayStream(TokenSource(range(100, 200)), [reqs for _, reqs in shape.trace], start=0, step=1,
+                          max_context=8192)
+    planned = stream.next()
+    assert len(planned.prompt) + planned.max_tokens < 8192
+
+
+async def test_replay_of_a_shape_reuses_prefixes_on_the_server():
+    shape = shape_from_records("s", [rec("a", 0, 64, 4), rec("a", 1, 96, 4), rec("a", 2, 128, 4),
+                                     rec("b", 0, 64, 4), rec("b", 1, 100, 4)])
+    vllm = FakeVllm()
+    engine = vllm.add(token_delay_s=0.002)
+    async with vllm.client() as http:
+        w = workload_from_shape(shape, concurrency=2, duration_s=0.8, warmup_s=0.0)
+        assert w.kind == "replay" and w.request_rate_per_s is None
+        result = await LoadGenerator(http, endpoint_of(engine), w, shape=shape).run()
+    assert result.completed >= 4
+    assert result.prefix_cache_hit_rate is not None and result.prefix_cache_hit_rate > 0.3
+
+
+async def test_open_loop_rate_limits_requests():
+    vllm = FakeVllm()
+    engine = vllm.add(token_delay_s=0.001)
+    async with vllm.client() as http:
+        w = Workload(kind="synthetic", concurrency=8, input_len=8, output_len=2, request_rate_per_s=10.0,
+                     duration_s=1.0, seed=3)
+        result = await LoadGenerator(http, endpoint_of(engine), w).run()
+    assert 2 <= result.completed <= 25
+
+
+def test_result_round_trip_and_comparison_table():
+    from dataclasses import replace
+
+    from workstation.tuning.results import LatencyStats
+
+    w = Workload(kind="synthetic", concurrency=4, input_len=512, output_len=512)
+    base = BenchResult(tool="loadgen", workload=w, profile="default", profile_args=("--enforce-eager",),
+                       profile_env=(), engine_version="0.32.0+cpu", platform="cpu", model="tiny",
+                       hardware={"cpu": "x", "cpu_count": 2, "gpus": []}, duration_s=10, completed=10, failed=0,
+                       cut=1, output_tokens=1000, prompt_tokens=5000, output_tok_s=100.0, total_tok_s=600.0,
+                       requests_per_s=1.0, ttft=LatencyStats(10, 20, 12), tpot=LatencyStats(5, 9, 6),
+                       itl=LatencyStats(), e2e=LatencyStats(), slo=Slo(), goodput_req_s=1.0, goodput_pct=100.0)
+    assert BenchResult.from_dict(base.to_dict()) == base
+    better = replace(base, profile="fast", output_tok_s=120.0)
+    other = replace(base, profile="other", model="smollm2")
+    lines = comparison_table([base, better, other])
+    assert "+20.0" in lines[3] and "different workload/model/hardware" in lines[4]

@@ -1,0 +1,102 @@
+"""One benchmark, end to end: (optionally) a managed engine with a profile, the workload, the
+numbers stamped with profile, engine version, model and hardware, stored for comparison.
+
+Engines started here go through :class:`~workstation.engine.launcher.EngineLauncher` and are
+always stopped in a ``finally``; their KV cache is sized explicitly (default 1 GiB on the CPU)
+so two of them fit next to each other during a switch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import httpx
+
+from workstation.config import Settings
+from workstation.core.endpoints import Endpoint
+from workstation.core.profiles import Profile
+from workstation.core.traffic import TrafficShape
+from workstation.engine.environment import EngineInstall
+from workstation.engine.launcher import EngineLauncher
+from workstation.engine.models import ModelSpec
+from workstation.tuning.bench_serve import run_bench_serve
+from workstation.tuning.loadgen import LoadGenerator
+from workstation.tuning.results import BenchResult, Slo, Workload, describe_hardware
+from workstation.tuning.store import TuningStore
+
+log = logging.getLogger(__name__)
+
+DEFAULT_CPU_KV_GIB = 1.0
+
+
+def tuning_settings(settings: Settings, *, kv_cache_gib: float | None = None) -> Settings:
+    """Settings for engines the lab starts: a fixed KV cache (measurements must not depend on
+    how much memory happened to be free) and a free port."""
+    kv = kv_cache_gib if kv_cache_gib is not None else (settings.engine.kv_cache_gib or DEFAULT_CPU_KV_GIB)
+    engine = settings.engine.model_copy(update={"kv_cache_gib": kv, "port": 0})
+    return settings.model_copy(update={"engine": engine})
+
+
+@contextlib.asynccontextmanager
+async def managed_engine(
+    settings: Settings, engine: EngineInstall, model: ModelSpec, profile: Profile, *,
+    log_dir: Path, env: Mapping[str, str] | None = None, say: Callable[[str], None] | None = None,
+) -> AsyncIterator[EngineLauncher]:
+    """Start an engine with ``profile`` (already flattened), yield it, always stop it."""
+    launcher = EngineLauncher(settings, engine, model, log_dir=log_dir, profile=profile, env=dict(env or {}))
+    try:
+        await launcher.start(say)
+        yield launcher
+    finally:
+        await launcher.stop()
+
+
+@dataclass(frozen=True, slots=True)
+class BenchContext:
+    """What the numbers are stamped with."""
+
+    profile: Profile | None
+    engine: EngineInstall | None
+    model: ModelSpec | None
+    hardware: Mapping[str, object]
+
+    def stamp(self, result: BenchResult) -> BenchResult:
+        return replace(
+            result,
+            profile=self.profile.name if self.profile else "external",
+            profile_args=tuple(self.profile.args) if self.profile else (),
+            profile_env=tuple(self.profile.env) if self.profile else (),
+            engine_version=self.engine.version if self.engine else "?",
+            platform=self.engine.platform if self.engine else "?",
+            model=self.model.served_name if self.model else result.model,
+            hardware=dict(self.hardware),
+        )
+
+
+async def run_workload(
+    http: httpx.AsyncClient, endpoint: Endpoint, workload: Workload, context: BenchContext, *,
+    shape: TrafficShape | None = None, slo: Slo | None = None, tool: str = "loadgen",
+    store: TuningStore | None = None, timeout_s: float = 600.0,
+) -> BenchResult:
+    """Run one workload against a running endpoint, stamp it, store it when given a store."""
+    max_context = context.model.max_model_len if context.model else None
+    if tool == "vllm":
+        if context.engine is None:
+            raise ValueError("vllm bench serve needs the engine's Python")
+        tokenizer = str(context.model.local_dir) if context.model and context.model.local_dir else None
+        raw = await run_bench_serve(context.engine, endpoint, workload, tokenizer=tokenizer, slo=slo,
+                                    timeout_s=timeout_s)
+    else:
+        raw = await LoadGenerator(http, endpoint, workload, shape=shape, slo=slo, max_context=max_context).run()
+    result = context.stamp(raw)
+    if store is not None:
+        result = store.save_result(result)
+    return result
+
+
+def context_for(profile: Profile | None, engine: EngineInstall | None, model: ModelSpec | None) -> BenchContext:
+    return BenchContext(profile=profile, engine=engine, model=model, hardware=describe_hardware())

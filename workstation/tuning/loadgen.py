@@ -1,0 +1,328 @@
+"""The app's own load generator: N streams against ``/v1/completions`` over the shared httpx
+client, bounded in time and count, measured in a steady-state window.
+
+Why not only ``vllm bench serve``: it cannot replay a captured shape with append-only
+histories, it runs a whole vLLM import per run (seconds of CPU on a 2-core machine, per
+repeat), and it measures until the last request ends, so the tail (fewer and fewer streams)
+weighs on short runs. Here every token is timestamped as it arrives and only tokens that
+arrive inside the window ``[warmup, warmup + duration]`` count; requests still running at
+the end are cancelled (the server aborts them) and reported as ``cut``.
+
+Token counts are exact: vLLM's ``continuous_usage_stats`` puts the running usage in every
+chunk. TTFT, TPOT (per request, first token excluded), ITL (between chunks, what a
+reader sees) and end-to-end latency are vLLM bench's definitions; goodput counts requests
+that met the SLO, per second of window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+import orjson
+
+from workstation.core.endpoints import Endpoint
+from workstation.core.traffic import TrafficShape
+from workstation.telemetry.vllm_metrics import MetricsReading, parse_metrics
+from workstation.tuning.results import BenchResult, LatencyStats, Slo, Workload
+from workstation.tuning.workload import (
+    SAMPLE_TEXT,
+    PlannedRequest,
+    SyntheticStream,
+    TokenSource,
+    replay_streams,
+)
+
+log = logging.getLogger(__name__)
+
+HARD_LIMIT_S = 3600.0
+
+
+class StreamPlan(Protocol):
+    def next(self) -> PlannedRequest: ...
+
+    def completed(self, output_ids: Sequence[int] | None) -> None: ...
+
+
+@dataclass(slots=True)
+class RequestTiming:
+    sent_s: float
+    prompt_tokens: int = 0
+    first_s: float | None = None
+    last_s: float | None = None
+    output_tokens: int = 0
+    chunks: list[tuple[float, int]] = field(default_factory=list)
+    """(arrival time, tokens in the chunk)."""
+    output_ids: list[int] = field(default_factory=list)
+    done: bool = False
+    error: str | None = None
+
+
+class LoadError(Exception):
+    """The endpoint refused the benchmark's requests (wrong key, model, or lengths)."""
+
+
+async def token_pool(http: httpx.AsyncClient, endpoint: Endpoint) -> list[int]:
+    """Ordinary token ids of the served model, from its ``/tokenize`` (fallback: low ids)."""
+    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    body = {"model": endpoint.model, "prompt": SAMPLE_TEXT, "add_special_tokens": False}
+    with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
+        response = await http.post(endpoint.base_url.rstrip("/") + "/tokenize", json=body, headers=headers)
+        if response.status_code == 200:
+            return [int(t) for t in response.json()["tokens"]]
+    log.info("no /tokenize at %s; drawing prompt tokens from low ids", endpoint.base_url)
+    return []
+
+
+async def read_metrics(http: httpx.AsyncClient, endpoint: Endpoint) -> MetricsReading | None:
+    """One scrape of ``/metrics`` parsed by the telemetry parser (None when unavailable)."""
+    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    try:
+        response = await http.get(endpoint.base_url.rstrip("/") + "/metrics", headers=headers, timeout=5.0)
+        if response.status_code != 200:
+            return None
+        return parse_metrics(response.text)
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+def _counter_delta(a: MetricsReading | None, b: MetricsReading | None, key: str) -> float | None:
+    if a is None or b is None:
+        return None
+    x, y = a.counter(key), b.counter(key)
+    return None if x is None or y is None else y - x
+
+
+class LoadGenerator:
+    """Run one bounded workload against one endpoint; ``await run()`` returns the numbers."""
+
+    def __init__(
+        self,
+        http: httpx.AsyncClient,
+        endpoint: Endpoint,
+        workload: Workload,
+        *,
+        shape: TrafficShape | None = None,
+        slo: Slo | None = None,
+        max_context: int | None = None,
+        request_timeout_s: float = 300.0,
+    ) -> None:
+        if workload.kind == "replay" and shape is None:
+            raise ValueError("a replay needs the captured traffic shape")
+        if workload.kind == "synthetic" and (not workload.input_len or not workload.output_len):
+            raise ValueError("a synthetic workload needs input and output lengths")
+        if workload.concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if max_context and workload.kind == "synthetic":
+            need = (workload.input_len or 0) + workload.shared_prefix_len + (workload.output_len or 0)
+            if need > max_context:
+                raise ValueError(f"{need} tokens per request do not fit the model's context of {max_context}")
+        self.http = http
+        self.endpoint = endpoint
+        self.workload = workload
+        self.shape = shape
+        self.slo = slo or Slo()
+        self.max_context = max_context
+        self.request_timeout_s = request_timeout_s
+        self.timings: list[RequestTiming] = []
+        self._first_error: str | None = None
+
+    # ----- plan -----
+    async def _streams(self) -> list[StreamPlan]:
+        pool = await token_pool(self.http, self.endpoint)
+        w = self.workload
+        if w.kind == "replay":
+            assert self.shape is not None
+            return list(replay_streams(self.shape, TokenSource(pool, w.seed), w.concurrency,
+                                       max_context=self.max_context))
+        shared = TokenSource(pool, w.seed).fresh(w.shared_prefix_len)
+        return [SyntheticStream(TokenSource(pool, w.seed * 7919 + i + 1), w.input_len or 1, w.output_len or 1,
+                                prefix=shared) for i in range(w.concurrency)]
+
+    # ----- one request -----
+    async def _request(self, planned: PlannedRequest) -> RequestTiming:
+        body: dict[str, Any] = {
+            "model": self.endpoint.model, "prompt": planned.prompt, "max_tokens": planned.max_tokens,
+            "stream": True, "ignore_eos": True, "temperature": 0.0,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+        if planned.want_ids:
+            body["return_token_ids"] = True
+        headers = {"Content-Type": "application/json"}
+        if self.endpoint.api_key:
+            headers["Authorization"] = f"Bearer {self.endpoint.api_key}"
+        timing = RequestTiming(sent_s=time.monotonic(), prompt_tokens=len(planned.prompt))
+        self.timings.append(timing)
+        url = self.endpoint.v1 + "/completions"
+        try:
+            async with self.http.stream("POST", url, content=orjson.dumps(body), headers=headers,
+                                        timeout=httpx.Timeout(self.request_timeout_s, connect=10.0)) as response:
+                if response.status_code != 200:
+                    text = (await response.aread()).decode("utf-8", "replace")[:300]
+                    timing.error = f"HTTP {response.status_code}: {text}"
+                    return timing
+                async for line in response.aiter_lines():
+                    if not line.startswith("data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        break
+                    now = time.monotonic()
+                    obj = orjson.loads(data)
+                    usage = obj.get("usage") or {}
+                    choices = obj.get("choices") or ()
+                    if not choices:
+                        continue
+                    choice = choices[0]
+                    ids = choice.get("token_ids")
+                    if ids:
+                        timing.output_ids.extend(ids)
+                    total = usage.get("completion_tokens")
+                    n = (int(total) - timing.output_tokens) if total is not None else (len(ids) if ids else 1)
+                    if usage.get("prompt_tokens"):
+                        timing.prompt_tokens = int(usage["prompt_tokens"])
+                    if n <= 0 and not choice.get("text"):
+                        continue
+                    n = max(n, 0)
+                    if timing.first_s is None:
+                        timing.first_s = now
+                    timing.last_s = now
+                    timing.output_tokens += n
+                    timing.chunks.append((now, n))
+            timing.done = True
+        except (httpx.HTTPError, orjson.JSONDecodeError) as exc:
+            timing.error = f"{type(exc).__name__}: {exc}"
+        return timing
+
+    # ----- the run -----
+    async def run(self) -> BenchResult:
+        w = self.workload
+        streams = await self._streams()
+        t0 = time.monotonic()
+        window_start = t0 + w.warmup_s
+        window_end = window_start + min(w.duration_s, HARD_LIMIT_S)
+        stop = asyncio.Event()
+        issued = 0
+        arrivals: asyncio.Queue[None] | None = asyncio.Queue() if w.request_rate_per_s else None
+        metrics_at: dict[str, MetricsReading | None] = {}
+
+        async def stream_worker(plan: StreamPlan) -> None:
+            nonlocal issued
+            while not stop.is_set():
+                if arrivals is not None:
+                    await arrivals.get()
+                    if stop.is_set():
+                        return
+                if w.max_requests is not None and issued >= w.max_requests:
+                    return
+                issued += 1
+                timing = await self._request(plan.next())
+                if timing.error and self._first_error is None:
+                    self._first_error = timing.error
+                plan.completed(timing.output_ids if timing.done else None)
+                if timing.error and timing.output_tokens == 0:
+                    await asyncio.sleep(0.2)  # a refusing server is not hammered
+
+        async def dispatcher() -> None:
+            assert arrivals is not None and w.request_rate_per_s
+            rng = random.Random(w.seed)
+            while not stop.is_set():
+                arrivals.put_nowait(None)
+                await asyncio.sleep(rng.expovariate(w.request_rate_per_s))
+
+        async def clock() -> None:
+            await asyncio.sleep(max(0.0, window_start - time.monotonic()))
+            metrics_at["start"] = await read_metrics(self.http, self.endpoint)
+            await asyncio.sleep(max(0.0, window_end - time.monotonic()))
+            stop.set()
+
+        workers = [asyncio.create_task(stream_worker(s), name=f"loadgen-stream-{i}") for i, s in enumerate(streams)]
+        helpers = [asyncio.create_task(clock(), name="loadgen-clock")]
+        if arrivals is not None:
+            helpers.append(asyncio.create_task(dispatcher(), name="loadgen-arrivals"))
+        waiter = asyncio.create_task(stop.wait(), name="loadgen-stop")
+        helpers.append(waiter)
+        try:
+            pending: set[asyncio.Task[Any]] = {waiter, *workers}
+            while waiter in pending and any(t in pending for t in workers):
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            stop.set()
+            t_end = min(time.monotonic(), window_end)
+        finally:
+            for task in [*workers, *helpers]:
+                task.cancel()
+            await asyncio.gather(*workers, *helpers, return_exceptions=True)
+        metrics_at["end"] = await read_metrics(self.http, self.endpoint)
+        if not any(t.output_tokens for t in self.timings) and self._first_error:
+            raise LoadError(f"the endpoint refused the benchmark's requests: {self._first_error}")
+        return self._result(window_start, max(t_end, window_start + 1e-3), metrics_at)
+
+    def _result(self, start: float, end: float, metrics_at: dict[str, MetricsReading | None]) -> BenchResult:
+        span = end - start
+        out_tokens = sum(n for t in self.timings for (ts, n) in t.chunks if start <= ts <= end)
+        prompt_tokens = sum(t.prompt_tokens for t in self.timings
+                            if t.first_s is not None and start <= t.first_s <= end)
+        completed = [t for t in self.timings if t.done and not t.error and t.last_s is not None
+                     and start <= t.last_s <= end]
+        failed = sum(1 for t in self.timings if t.error and t.sent_s <= end)
+        cut = sum(1 for t in self.timings if not t.done and not t.error)
+        ttfts = [t.first_s - t.sent_s for t in self.timings if t.first_s is not None and start <= t.first_s <= end]
+        tpots: list[float] = []
+        itls: list[float] = []
+        e2es: list[float] = []
+        good = 0
+        for t in completed:
+            assert t.first_s is not None and t.last_s is not None
+            tpot = (t.last_s - t.first_s) / (t.output_tokens - 1) if t.output_tokens > 1 else None
+            if tpot is not None:
+                tpots.append(tpot)
+            e2es.append(t.last_s - t.sent_s)
+            if self.slo.met(t.first_s - t.sent_s, tpot):
+                good += 1
+        for t in self.timings:
+            prev = None
+            for ts, _n in t.chunks:
+                if prev is not None and start <= ts <= end:
+                    itls.append(ts - prev)
+                prev = ts
+        a, b = metrics_at.get("start"), metrics_at.get("end")
+        queries = _counter_delta(a, b, "prefix_cache_queries")
+        hits = _counter_delta(a, b, "prefix_cache_hits")
+        drafts = _counter_delta(a, b, "spec_draft_tokens")
+        accepted = _counter_delta(a, b, "spec_accepted_tokens")
+        notes = []
+        if self._first_error:
+            notes.append(f"first error: {self._first_error[:200]}")
+        return BenchResult(
+            tool="loadgen", workload=self.workload, profile="?", profile_args=(), profile_env=(),
+            engine_version="?", platform="?", model=self.endpoint.model, hardware={},
+            duration_s=span, completed=len(completed), failed=failed, cut=cut,
+            output_tokens=out_tokens, prompt_tokens=prompt_tokens,
+            output_tok_s=out_tokens / span, total_tok_s=(out_tokens + prompt_tokens) / span,
+            requests_per_s=len(completed) / span,
+            ttft=LatencyStats.of_seconds(ttfts), tpot=LatencyStats.of_seconds(tpots),
+            itl=LatencyStats.of_seconds(itls), e2e=LatencyStats.of_seconds(e2es), slo=self.slo,
+            goodput_req_s=good / span, goodput_pct=(100.0 * good / len(completed)) if completed else None,
+            prefix_cache_hit_rate=(hits / queries) if hits is not None and queries else None,
+            preemptions=_counter_delta(a, b, "preemptions"),
+            spec_acceptance_rate=(accepted / drafts) if accepted is not None and drafts else None,
+            endpoint=self.endpoint.base_url, notes=tuple(notes),
+        )
+
+
+def workload_from_shape(shape: TrafficShape, *, concurrency: int | None = None, duration_s: float = 30.0,
+                        warmup_s: float = 5.0, max_requests: int | None = None, seed: int = 0,
+                        keep_rate: bool = False) -> Workload:
+    """A replay workload for a captured shape: its p90 concurrency, closed loop unless asked."""
+    return Workload(
+        kind="replay", concurrency=concurrency or shape.suggested_concurrency(), shape=shape.name,
+        request_rate_per_s=shape.request_rate_per_s if keep_rate else None,
+        duration_s=duration_s, warmup_s=warmup_s, max_requests=max_requests, seed=seed,
+    )

@@ -1,0 +1,147 @@
+"""What a load benchmark sends: token-exact prompts for a synthetic workload or a replay.
+
+Prompts are lists of token ids sent to ``/v1/completions`` (vLLM accepts them), with
+``ignore_eos`` so each request produces exactly the output length asked for. The ids come
+from the server's own ``/tokenize`` of ordinary text, so they are real, common tokens of
+the model's vocabulary; they are drawn at random per request so two prompts share a prefix
+only where the workload says so.
+
+- **Synthetic** (the report's 512/512 x 256): ``input_len`` fresh tokens after an optional
+  ``shared_prefix_len`` common to every request.
+- **Replay** of a captured :class:`~workstation.core.traffic.TrafficShape`: each stream
+  plays one captured session after another, request by request, with the captured prompt
+  and output lengths, and keeps an append-only history like an agent does — the next prompt
+  is the previous prompt plus the tokens the server really generated (``return_token_ids``)
+  plus fresh tokens up to the captured length. A captured prompt shorter than the history
+  (the agent condensed it) starts over from the common prefix. Prefix sharing, lengths and
+  their order are the captured ones; token contents are not (they are random), so content-
+  dependent effects such as n-gram speculation acceptance are not reproduced.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from workstation.core.traffic import TraceRequest, TrafficShape
+
+SAMPLE_TEXT = (
+    "The quick brown fox jumps over the lazy dog while the engineers review a pull request. "
+    "def read_config(path):\n    with open(path) as fh:\n        return json.load(fh)\n"
+    "Every session keeps its own history, and the server caches the prefix it has seen before. "
+    "class Session:\n    def __init__(self, name, repo):\n        self.name = name\n        self.repo = repo\n"
+    "Tests assert behaviour; benchmarks report numbers. The model writes code, runs the tests, "
+    "reads the failure, and tries again until the build is green or it asks for help. "
+    "for index, line in enumerate(lines):\n    if line.startswith('#'):\n        continue\n"
+    "Throughput depends on the shape of the traffic: input and output lengths, concurrency, "
+    "and how much of each prompt the cache already holds. import os, sys, time, asyncio"
+)
+FALLBACK_IDS = tuple(range(32, 256))
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedRequest:
+    prompt: list[int]
+    max_tokens: int
+    want_ids: bool = False
+    """Ask the server for the generated token ids (replay keeps them as history)."""
+
+
+class TokenSource:
+    """Random draws from a pool of ordinary token ids of the served model."""
+
+    def __init__(self, pool: Sequence[int], seed: int = 0) -> None:
+        ids = sorted(set(int(t) for t in pool))
+        if len(ids) < 8:
+            ids = list(FALLBACK_IDS)
+        self.pool = ids
+        self.rng = random.Random(seed)
+
+    def fresh(self, n: int) -> list[int]:
+        choices = self.rng.choices
+        return choices(self.pool, k=max(0, n))
+
+
+class SyntheticStream:
+    """One stream of a synthetic workload: fixed (or ranged) lengths, optional shared prefix."""
+
+    def __init__(self, tokens: TokenSource, input_len: int, output_len: int, *, prefix: Sequence[int] = (),
+                 range_ratio: float = 0.0) -> None:
+        self.tokens = tokens
+        self.input_len = input_len
+        self.output_len = output_len
+        self.prefix = list(prefix)
+        self.range_ratio = max(0.0, min(range_ratio, 0.99))
+
+    def _len(self, base: int) -> int:
+        if not self.range_ratio:
+            return base
+        lo, hi = int(base * (1 - self.range_ratio)), int(base * (1 + self.range_ratio))
+        return max(1, self.tokens.rng.randint(lo, hi))
+
+    def next(self) -> PlannedRequest:
+        return PlannedRequest(self.prefix + self.tokens.fresh(self._len(self.input_len)),
+                              max(1, self._len(self.output_len)))
+
+    def completed(self, output_ids: Sequence[int] | None) -> None:
+        """Synthetic requests are independent."""
+
+
+class ReplayStream:
+    """One stream replaying captured sessions in turn, with an append-only history."""
+
+    def __init__(self, tokens: TokenSource, sessions: Sequence[Sequence[TraceRequest]], *, start: int,
+                 step: int, common_prefix: Sequence[int] = (), max_context: int | None = None) -> None:
+        if not sessions:
+            raise ValueError("the traffic shape has no trace to replay")
+        self.tokens = tokens
+        self.sessions = sessions
+        self.session_index = start % len(sessions)
+        self.step = max(1, step)
+        self.request_index = 0
+        self.common_prefix = list(common_prefix)
+        self.max_context = max_context
+        self.history: list[int] = []
+        self._pending_prompt: list[int] = []
+
+    def _current(self) -> TraceRequest:
+        reqs = self.sessions[self.session_index]
+        if self.request_index >= len(reqs):
+            self.session_index = (self.session_index + self.step) % len(self.sessions)
+            self.request_index = 0
+            self.history = []
+            reqs = self.sessions[self.session_index]
+        return reqs[self.request_index]
+
+    def next(self) -> PlannedRequest:
+        req = self._current()
+        self.request_index += 1
+        out = max(1, req.completion_tokens)
+        target = req.prompt_tokens
+        if self.max_context is not None:
+            out = min(out, self.max_context // 2)
+            target = min(target, self.max_context - out - 1)
+        target = max(1, target)
+        if not self.history or len(self.history) > target:
+            base = self.common_prefix[:target]
+        else:
+            base = self.history
+        prompt = base + self.tokens.fresh(target - len(base))
+        self._pending_prompt = prompt
+        return PlannedRequest(prompt, out, want_ids=True)
+
+    def completed(self, output_ids: Sequence[int] | None) -> None:
+        """Grow the history with what the server generated (None: the request failed)."""
+        if output_ids is None:
+            self.history = []
+            return
+        self.history = self._pending_prompt + list(output_ids)
+
+
+def replay_streams(shape: TrafficShape, tokens: TokenSource, concurrency: int, *,
+                   max_context: int | None = None) -> list[ReplayStream]:
+    sessions = [reqs for _, reqs in shape.trace if reqs]
+    common = tokens.fresh(shape.common_prefix_tokens)
+    return [ReplayStream(tokens, sessions, start=i, step=concurrency, common_prefix=common,
+                         max_context=max_context) for i in range(concurrency)]
