@@ -1,0 +1,90 @@
+"""Capture a traffic shape from a real fleet run: agent sessions on the demo's sample
+repositories, headless, against an endpoint, for a bounded time.
+
+The fleet runs in its own folder (store and worktrees under ``workdir``), so a capture never
+touches the user's sessions; the recorder listens to ``Fleet.agent_event``. At the end every
+session is paused (an in-flight turn is dropped) and the fleet closed.
+
+The app's own Tuning panel records the user's live fleet the same way
+(``TrafficRecorder.attach_fleet``); this is the headless path for the CLI and benchmarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from workstation.core.endpoints import Endpoint
+from workstation.core.traffic import TrafficShape
+from workstation.fleet import Fleet, SessionSpec, real_agent_factory
+from workstation.fleet.demo_manifest import load_manifest, plan_sessions, prepare_repositories
+from workstation.tuning.capture import TrafficRecorder
+
+log = logging.getLogger(__name__)
+
+FIRST_TASK_ALLOWANCE_TOKENS = 96
+"""Tokens of a session's first prompt that are its own task, not the shared system prompt."""
+
+
+def estimate_common_prefix(recorder: TrafficRecorder) -> int:
+    """The agents' system prompt and tool specs are the same for every session: estimate
+    their length as the shortest first prompt minus an allowance for the task text."""
+    firsts: dict[str, int] = {}
+    for r in recorder.records:
+        if r.session_id and r.session_id not in firsts and r.prompt_tokens:
+            firsts[r.session_id] = r.prompt_tokens
+    if len(firsts) < 2:
+        return 0
+    return max(0, min(firsts.values()) - FIRST_TASK_ALLOWANCE_TOKENS)
+
+
+async def capture_fleet_shape(
+    http: httpx.AsyncClient,
+    endpoint: Endpoint,
+    *,
+    name: str,
+    sessions: int,
+    duration_s: float,
+    workdir: Path,
+    max_generating: int | None = None,
+    say: Callable[[str], None] | None = None,
+) -> TrafficShape:
+    say = say or (lambda _m: None)
+    manifest = load_manifest()
+    planned = plan_sessions(manifest, sessions)
+    repos = await asyncio.to_thread(prepare_repositories, manifest, workdir / "repos",
+                                    only={p.repository.name for p in planned})
+    recorder = TrafficRecorder(name, http=http, endpoint=endpoint)
+    fleet = Fleet(data_dir=workdir / "fleet", endpoints=[endpoint], agent_factory=real_agent_factory(http),
+                  http=http, max_generating=max_generating or sessions, resume_on_start=False)
+    await fleet.start()
+    try:
+        ids: list[str] = []
+        for p in planned:
+            spec = SessionSpec(task=p.task.prompt, repo=str(repos[p.repository.name]), name=p.name,
+                               mode=p.task.mode.value, auto_approve=("read", "edit"), headless=True)
+            made = await fleet.create_session(spec)
+            ids.append(made.session_id)
+        recorder.attach_fleet(fleet)
+        await recorder.start()
+        say(f"capturing {len(ids)} agent sessions for up to {duration_s:.0f} s against {endpoint.base_url}")
+        t0 = time.monotonic()
+        for sid in ids:
+            await fleet.start_session(sid)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(duration_s):
+                await fleet.wait_settled()
+        say(f"  {len(recorder.records)} model turns recorded in {time.monotonic() - t0:.0f} s")
+        await fleet.pause_all()
+        await recorder.stop()
+    finally:
+        recorder.detach_all()
+        await fleet.aclose()
+    recorder.common_prefix_tokens = estimate_common_prefix(recorder)
+    return recorder.shape()
