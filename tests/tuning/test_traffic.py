@@ -78,3 +78,13 @@ def test_round_trip_and_refusals():
     assert "2 requests" in shape.summary_line()
     with pytest.raises(ValueError, match="no finished requests"):
         shape_from_records("empty", [rec("a", 0, 1, 10, 1, ok=False)])
+
+
+def test_largest_token_gap_only_counts_requests_in_the_window():
+    from workstation.core.traffic import largest_token_gap
+
+    before = rec("a", 0.0, 1.0, 10, 10)
+    inside = RequestRecord("e", "m", "b", 5.0, 0.1, 2.0, 10, 10, 0, 1.7, True)
+    straddling = RequestRecord("e", "m", "c", 3.0, 0.1, 3.0, 10, 10, 0, 0.9, True)
+    assert largest_token_gap([before, inside, straddling], 4.0, 8.0) == (1.7, "b")
+    assert largest_token_gap([before], 4.0, 8.0) == (None, None)

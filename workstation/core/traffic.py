@@ -323,3 +323,18 @@ def shape_from_records(
         prefix_cache_source=hit_source, common_prefix_tokens=common_prefix_tokens,
         trace=tuple(trace), source=source, notes=tuple(extra_notes),
     )
+
+
+def largest_token_gap(records: Iterable[RequestRecord], start_s: float, end_s: float) -> tuple[float | None, str | None]:
+    """The largest silence a running session saw in ``[start_s, end_s]``: the biggest
+    ``max_gap_s`` (which includes the wait for the first token) among requests that overlap
+    the window, and the session that saw it. Time between a session's requests (its own tool
+    runs) is not a pause of the engine and is not counted."""
+    best: float | None = None
+    who: str | None = None
+    for r in records:
+        if r.started_s + r.duration_s < start_s or r.started_s > end_s:
+            continue
+        if best is None or r.max_gap_s > best:
+            best, who = r.max_gap_s, r.session_id
+    return best, who
