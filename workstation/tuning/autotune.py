@@ -1,0 +1,397 @@
+"""The autotuner: from a baseline, one change at a time, kept only when it clearly helps.
+
+The report's method, as a loop: measure the baseline; for each candidate change, start an
+engine with the current best profile plus that one change, measure it ``repeats`` times on
+the same workload (a replay of a captured traffic shape), and keep the change only when its
+gain in output tok/s exceeds twice the noise. The noise is the pooled run-to-run relative
+standard deviation of every measurement so far (at least ``repeats`` >= 3 runs each), so
+the bar rises on a noisy machine instead of crediting luck. It stops at a time budget: a
+step whose estimated cost does not fit in what is left is skipped, and a step still running
+at the deadline is cancelled (its engine is stopped).
+
+Candidates come from the platform and the model (:func:`candidates_for`):
+
+- CPU engine: prefill chunk (``--max-num-batched-tokens``), batch cap (``--max-num-seqs``),
+  n-gram speculative decoding, KV cache size, streaming interval, compiled graphs;
+- CUDA, hybrid Mamba model with an MTP head: the report's ladder (MTP 3 + OMP 1, async
+  scheduling, FlashInfer Mamba kernels, MTP 3 -> 1, FP16 SSM state) then batch limits;
+  other CUDA models: async scheduling, n-gram speculation, batch limits, performance mode.
+  (GPU paths: selection unit-tested, unverified on a GPU here.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+from psygnal import Signal
+
+from workstation.config import Settings
+from workstation.core.profiles import Profile, apply_changes, describe_change, effective, split_flags
+from workstation.core.traffic import TrafficShape
+from workstation.engine.environment import EngineInstall
+from workstation.engine.models import ModelSpec
+from workstation.tuning.bench import BenchContext, managed_engine, run_workload
+from workstation.tuning.checks import ModelTraits, check_profile
+from workstation.tuning.results import BenchResult, Slo, Workload, describe_hardware
+from workstation.tuning.store import TuningStore
+
+log = logging.getLogger(__name__)
+
+GIB = 1 << 30
+MIN_REPEATS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    change: str
+    """What the table shows (``--max-num-seqs 16``)."""
+    args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    slow_start: bool = False
+    """Compiled graphs: the start takes several times longer (for the budget)."""
+
+    @classmethod
+    def of(cls, args: Sequence[str], env: Sequence[tuple[str, str]] = (), *, label: str | None = None,
+           slow_start: bool = False) -> Candidate:
+        return cls(label or describe_change(list(args), dict(env)), tuple(args), tuple(env), slow_start)
+
+
+def _spec(method: str, n: int, **extra: Any) -> str:
+    return json.dumps({"method": method, "num_speculative_tokens": n, **extra}, separators=(",", ":"))
+
+
+def _value(args: Sequence[str], flag: str) -> str | None:
+    values = split_flags(list(args)).get(flag)
+    return " ".join(values) if values else None
+
+
+def candidates_for(platform: str, traits: ModelTraits, *, concurrency: int, base_args: Sequence[str],
+                   kv_cache_bytes: int | None = None) -> list[Candidate]:
+    """The changes to try, in order (cheap and promising first), for this platform and model."""
+    out: list[Candidate] = []
+    eager = "--enforce-eager" in split_flags(list(base_args))
+    if platform == "cpu":
+        batched = int(_value(base_args, "--max-num-batched-tokens") or 2048)
+        seqs = int(_value(base_args, "--max-num-seqs") or 128)
+        out.append(Candidate.of(["--max-num-batched-tokens", str(batched * 2)]))
+        cap = max(2, concurrency // 2)
+        if cap < seqs:
+            out.append(Candidate.of(["--max-num-seqs", str(cap)]))
+        out.append(Candidate.of(["--speculative-config", _spec("ngram", 3, prompt_lookup_max=4, prompt_lookup_min=2)],
+                                label="n-gram speculation, 3 tokens"))
+        if kv_cache_bytes:
+            out.append(Candidate.of(["--kv-cache-memory-bytes", str(kv_cache_bytes * 2)],
+                                    label=f"KV cache {kv_cache_bytes / GIB:g} -> {2 * kv_cache_bytes / GIB:g} GiB"))
+        out.append(Candidate.of(["--stream-interval", "4"]))
+        if eager:
+            out.append(Candidate.of(["--no-enforce-eager"], label="compiled graphs (no --enforce-eager)",
+                                    slow_start=True))
+        return out
+    if traits.hybrid_mamba and traits.mtp_layers:
+        out += [
+            Candidate.of(["--speculative-config", _spec("mtp", 3)], [("OMP_NUM_THREADS", "1")],
+                         label="MTP 3 + OMP_NUM_THREADS=1"),
+            Candidate.of(["--async-scheduling"]),
+            Candidate.of(["--mamba-backend", "flashinfer"], label="Mamba backend FlashInfer"),
+            Candidate.of(["--speculative-config", _spec("mtp", 1)], label="MTP 3 -> 1"),
+            Candidate.of(["--mamba-ssm-cache-dtype", "float16", "--enable-mamba-cache-stochastic-rounding"],
+                         label="SSM state FP16 + stochastic rounding"),
+        ]
+    else:
+        out += [
+            Candidate.of(["--async-scheduling"]),
+            Candidate.of(["--speculative-config", _spec("ngram", 3, prompt_lookup_max=4, prompt_lookup_min=2)],
+                         label="n-gram speculation, 3 tokens"),
+        ]
+    out += [
+        Candidate.of(["--max-num-seqs", str(max(8, 2 ** math.ceil(math.log2(max(concurrency, 1)))))]),
+        Candidate.of(["--max-num-batched-tokens", "16384"]),
+        Candidate.of(["--performance-mode", "throughput"]),
+    ]
+    if eager:
+        out.insert(0, Candidate.of(["--no-enforce-eager"], label="CUDA graphs (no --enforce-eager)", slow_start=True))
+    return out
+
+
+# --------------------------------------------------------------------------- decisions
+def cv_pct(values: Sequence[float]) -> float:
+    """Relative standard deviation of repeated runs, in percent."""
+    if len(values) < 2:
+        return 0.0
+    mean = statistics.fmean(values)
+    return 100.0 * statistics.stdev(values) / mean if mean else 0.0
+
+
+def pooled_noise_pct(groups: Sequence[Sequence[float]]) -> float:
+    """Root mean square of each measurement's relative standard deviation."""
+    cvs = [cv_pct(g) for g in groups if len(g) >= 2]
+    return math.sqrt(sum(c * c for c in cvs) / len(cvs)) if cvs else 0.0
+
+
+def decide(best_tok_s: float, candidate_tok_s: float, noise_pct: float) -> tuple[float, bool]:
+    """Δ% against the current best, and whether it clears twice the noise."""
+    delta = 100.0 * (candidate_tok_s - best_tok_s) / best_tok_s if best_tok_s else 0.0
+    return delta, delta > 2.0 * noise_pct
+
+
+@dataclass(frozen=True, slots=True)
+class TuneStep:
+    step: int
+    change: str
+    output_tok_s: float | None
+    delta_pct: float | None
+    kept: bool
+    runs_tok_s: tuple[float, ...] = ()
+    cv_pct: float | None = None
+    note: str = ""
+    total_tok_s: float | None = None
+    ttft_p50_ms: float | None = None
+    tpot_p50_ms: float | None = None
+    start_s: float | None = None
+
+    def table_row(self) -> str:
+        tok = "-" if self.output_tok_s is None else f"{self.output_tok_s:,.1f}"
+        delta = "-" if self.delta_pct is None else f"{self.delta_pct:+.1f}%"
+        runs = ", ".join(f"{x:.0f}" for x in self.runs_tok_s)
+        kept = "yes" if self.kept else "no"
+        note = f"  {self.note}" if self.note else ""
+        return f"{self.step:>4}  {self.change[:44]:<44} {tok:>10} {delta:>8}  {kept:<4} [{runs}]{note}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"change": self.change, "output_tok_s": None if self.output_tok_s is None else round(self.output_tok_s, 2),
+                "delta_pct": None if self.delta_pct is None else round(self.delta_pct, 2), "kept": self.kept,
+                "step": self.step, "runs_tok_s": [round(x, 2) for x in self.runs_tok_s],
+                "cv_pct": None if self.cv_pct is None else round(self.cv_pct, 2), "note": self.note}
+
+
+TABLE_HEAD = f"{'step':>4}  {'change':<44} {'tok/s':>10} {'Δ%':>8}  kept runs (tok/s)"
+
+
+@dataclass(slots=True)
+class TuneReport:
+    steps: list[TuneStep] = field(default_factory=list)
+    noise_pct: float = 0.0
+    best_profile: Profile | None = None
+    best_tok_s: float | None = None
+    baseline_tok_s: float | None = None
+    elapsed_s: float = 0.0
+    budget_s: float = 0.0
+    stopped_by_budget: bool = False
+    workload: Workload | None = None
+    shape: str | None = None
+    model: str = ""
+    engine: str = ""
+    hardware: dict[str, Any] = field(default_factory=dict)
+
+    def table(self) -> list[str]:
+        lines = [TABLE_HEAD, "-" * len(TABLE_HEAD)]
+        lines += [s.table_row() for s in self.steps]
+        gain = ""
+        if self.baseline_tok_s and self.best_tok_s:
+            gain = f"; best {self.best_tok_s:,.1f} tok/s = {100 * (self.best_tok_s / self.baseline_tok_s - 1):+.1f}% over the baseline"
+        lines.append(f"noise {self.noise_pct:.1f}% (a change is kept above {2 * self.noise_pct:.1f}%){gain}")
+        return lines
+
+    def to_json(self) -> dict[str, Any]:
+        best_args: list[str] = list(self.best_profile.args) if self.best_profile else []
+        return {
+            "steps": [s.to_json() for s in self.steps], "noise_pct": round(self.noise_pct, 2),
+            "baseline_tok_s": self.baseline_tok_s and round(self.baseline_tok_s, 2),
+            "best_tok_s": self.best_tok_s and round(self.best_tok_s, 2),
+            "best_profile": self.best_profile.name if self.best_profile else None, "best_args": best_args,
+            "best_env": dict(self.best_profile.env) if self.best_profile else {},
+            "elapsed_s": round(self.elapsed_s, 1), "budget_s": self.budget_s,
+            "stopped_by_budget": self.stopped_by_budget, "shape": self.shape,
+            "workload": self.workload.describe() if self.workload else None, "model": self.model,
+            "engine": self.engine, "hardware": self.hardware,
+        }
+
+
+@dataclass(slots=True)
+class _Measured:
+    runs: list[float]
+    results: list[BenchResult]
+    start_s: float
+
+    @property
+    def mean(self) -> float:
+        return statistics.fmean(self.runs)
+
+
+class Autotuner:
+    """Runs the loop; ``step_done(TuneStep)`` after each step, ``progress(str)`` for words."""
+
+    step_done = Signal(object)
+    progress = Signal(str)
+
+    def __init__(
+        self,
+        settings: Settings,
+        engine: EngineInstall,
+        model: ModelSpec,
+        http: httpx.AsyncClient,
+        baseline: Profile,
+        workload: Workload,
+        *,
+        shape: TrafficShape | None,
+        traits: ModelTraits,
+        help_flags: set[str] | None,
+        candidates: Sequence[Candidate],
+        budget_s: float,
+        repeats: int = MIN_REPEATS,
+        store: TuningStore | None = None,
+        slo: Slo | None = None,
+        log_dir: Path,
+        env: dict[str, str] | None = None,
+        measure: Callable[[Profile], Any] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.model = model
+        self.http = http
+        self.baseline = baseline
+        self.workload = workload
+        self.shape = shape
+        self.traits = traits
+        self.help_flags = help_flags
+        self.candidates = list(candidates)
+        self.budget_s = budget_s
+        self.repeats = max(MIN_REPEATS, repeats)
+        self.store = store
+        self.slo = slo
+        self.log_dir = log_dir
+        self.env = dict(env or {})
+        self._measure_override = measure
+        self._groups: list[list[float]] = []
+        self._eager_start_s: float | None = None
+
+    # ----- one measurement -----
+    async def _measure(self, profile: Profile) -> _Measured:
+        if self._measure_override is not None:
+            return await self._measure_override(profile)
+        t0 = time.monotonic()
+        context = BenchContext(profile=profile, engine=self.engine, model=self.model, hardware=describe_hardware())
+        runs: list[float] = []
+        results: list[BenchResult] = []
+        async with managed_engine(self.settings, self.engine, self.model, profile,
+                                  log_dir=self.log_dir / profile.name, env=self.env,
+                                  say=lambda m: self.progress.emit(f"  {m}")) as launcher:
+            start_s = time.monotonic() - t0
+            for i in range(self.repeats):
+                # the first window also warms up (caches, compiled kernels); later ones run straight on
+                w = replace(self.workload, seed=self.workload.seed + i,
+                            warmup_s=self.workload.warmup_s if i == 0 else 1.0)
+                result = await run_workload(self.http, launcher.endpoint, w, context, shape=self.shape,
+                                            slo=self.slo, store=self.store)
+                runs.append(result.output_tok_s)
+                results.append(result)
+                self.progress.emit(f"  run {i + 1}/{self.repeats}: {result.output_tok_s:,.1f} output tok/s")
+        return _Measured(runs, results, start_s)
+
+    def _estimate_s(self, candidate: Candidate | None) -> float:
+        start = self._eager_start_s or 60.0
+        if candidate is not None and candidate.slow_start:
+            start *= 2.5
+        w = self.workload
+        return start + w.warmup_s + self.repeats * (w.duration_s + 1.5) + 5.0
+
+    def _checked(self, profile: Profile) -> str | None:
+        """Why this profile cannot run here (None: it can)."""
+        args, env = effective(profile, {profile.name: profile})
+        problems = [f.message for f in check_profile(
+            args, env, platform=self.engine.platform, engine_version=self.engine.version,
+            help_flags=self.help_flags, traits=self.traits, profile_platforms=profile.platforms,
+            profile_name=profile.name, max_model_len=self.model.max_model_len,
+        ) if f.severity.value == "error"]
+        return "; ".join(problems) or None
+
+    # ----- the loop -----
+    async def run(self) -> TuneReport:
+        t0 = time.monotonic()
+        deadline = t0 + self.budget_s
+        report = TuneReport(budget_s=self.budget_s, workload=self.workload, shape=self.shape.name if self.shape else None,
+                            model=self.model.served_name, engine=f"vLLM {self.engine.version} ({self.engine.platform})",
+                            hardware=describe_hardware())
+        best = self.baseline
+        self.progress.emit(f"step 0: baseline '{best.name}' ({describe_change(list(best.args), dict(best.env))})")
+        try:
+            measured = await asyncio.wait_for(self._measure(best), timeout=max(1.0, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            report.stopped_by_budget = True
+            report.steps.append(TuneStep(0, "baseline", None, None, False, note="the budget ended during the baseline"))
+            report.elapsed_s = time.monotonic() - t0
+            return report
+        self._eager_start_s = measured.start_s
+        self._groups.append(measured.runs)
+        best_tok_s = measured.mean
+        report.baseline_tok_s = best_tok_s
+        base_step = self._step(0, f"baseline ({best.name})", measured, 0.0, True)
+        report.steps.append(base_step)
+        self.step_done.emit(base_step)
+        for index, cand in enumerate(self.candidates, start=1):
+            left = deadline - time.monotonic()
+            if self._estimate_s(cand) > left:
+                step = TuneStep(index, cand.change, None, None, False,
+                                note=f"skipped: needs ~{self._estimate_s(cand):.0f} s, {max(0.0, left):.0f} s left")
+                report.steps.append(step)
+                report.stopped_by_budget = True
+                self.step_done.emit(step)
+                continue
+            trial = Profile(
+                name=f"{self.baseline.name}+{index}", description=cand.change,
+                args=tuple(apply_changes(list(best.args), list(cand.args))),
+                env=tuple(sorted({**dict(best.env), **dict(cand.env)}.items())), platforms=best.platforms,
+            )
+            problem = self._checked(trial)
+            if problem:
+                step = TuneStep(index, cand.change, None, None, False, note=f"not applicable: {problem}")
+                report.steps.append(step)
+                self.step_done.emit(step)
+                continue
+            self.progress.emit(f"step {index}: {cand.change}")
+            try:
+                measured = await asyncio.wait_for(self._measure(trial), timeout=max(1.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                step = TuneStep(index, cand.change, None, None, False, note="stopped at the time budget")
+                report.steps.append(step)
+                report.stopped_by_budget = True
+                self.step_done.emit(step)
+                break
+            except Exception as exc:  # noqa: BLE001 - a change that breaks the engine is a result, not a crash
+                step = TuneStep(index, cand.change, None, None, False, note=f"failed: {str(exc).splitlines()[0][:160]}")
+                report.steps.append(step)
+                self.step_done.emit(step)
+                continue
+            self._groups.append(measured.runs)
+            noise = pooled_noise_pct(self._groups)
+            delta, kept = decide(best_tok_s, measured.mean, noise)
+            step = self._step(index, cand.change, measured, delta, kept)
+            report.steps.append(step)
+            self.step_done.emit(step)
+            if kept:
+                best, best_tok_s = replace(trial, name=f"tuned-{self.baseline.name}"), measured.mean
+        report.noise_pct = pooled_noise_pct(self._groups)
+        report.best_profile = best
+        report.best_tok_s = best_tok_s
+        report.elapsed_s = time.monotonic() - t0
+        return report
+
+    def _step(self, index: int, change: str, m: _Measured, delta: float, kept: bool) -> TuneStep:
+        last = m.results[-1] if m.results else None
+        mean_total = statistics.fmean(r.total_tok_s for r in m.results) if m.results else None
+        return TuneStep(
+            step=index, change=change, output_tok_s=m.mean, delta_pct=delta, kept=kept, runs_tok_s=tuple(m.runs),
+            cv_pct=cv_pct(m.runs), total_tok_s=mean_total,
+            ttft_p50_ms=last.ttft.p50_ms if last else None, tpot_p50_ms=last.tpot.p50_ms if last else None,
+            start_s=m.start_s,
+        )
