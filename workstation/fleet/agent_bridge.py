@@ -1,25 +1,34 @@
 """The seam between the fleet and the coding agent.
 
 The fleet builds an agent for a session through an :data:`AgentFactory` from an
-:class:`AgentSetup` (everything the agent needs: root, task, endpoint, the history to resume
-from, callbacks) and drives it through the small :class:`AgentHandle` protocol. The real
-factory wraps ``workstation.agent.Agent`` (:func:`real_agent_factory`); tests may pass their
-own to drive the fleet deterministically.
+:class:`AgentSetup` (everything the agent needs: root, task, endpoint, the history and
+state to resume from, callbacks) and drives it through the small :class:`AgentHandle`
+protocol. :func:`real_agent_factory` wraps ``workstation.agent.Agent``; tests may pass
+their own factory to drive the fleet deterministically.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import httpx
+
 from workstation.core.approvals import ApprovalDecision, ApprovalRequest
 from workstation.core.endpoints import Endpoint
+from workstation.core.errors import UserError
 from workstation.fleet.session import SessionSpec
 
 Approver = Callable[[ApprovalRequest], Awaitable[ApprovalDecision]]
+
+META_KEYS = ("mode", "protocol", "turns", "pending_question_call", "completed", "needs_input",
+             "context_tokens", "files_read", "files_changed", "commands_run")
+"""The parts of an agent snapshot the fleet keeps besides the messages (which it rebuilds
+from the transcript)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +48,8 @@ class AgentSetup:
     approver: Approver | None
     """None when nobody can approve (headless): such actions are refused to the model."""
     generation_slot: Callable[[], AbstractAsyncContextManager[Any]]
+    agent_meta: dict[str, Any] = field(default_factory=dict)
+    """What the fleet kept of the agent's state besides messages (see :data:`META_KEYS`)."""
 
 
 class AgentHandle(Protocol):
@@ -53,4 +64,86 @@ class AgentHandle(Protocol):
         ...
 
 
-AgentFactory = Callable[[AgentSetup], AgentHandle]
+AgentFactory = Callable[[AgentSetup], "AgentHandle | Awaitable[AgentHandle]"]
+
+
+async def build_agent(factory: AgentFactory, setup: AgentSetup) -> AgentHandle:
+    made = factory(setup)
+    if inspect.isawaitable(made):
+        made = await made
+    return made  # type: ignore[return-value]
+
+
+def meta_of(agent: object) -> dict[str, Any] | None:
+    """The resumable state of a real agent, without its messages; None for other handles."""
+    snap = getattr(agent, "snapshot", None)
+    if not callable(snap):
+        return None
+    import orjson
+
+    data = orjson.loads(snap().to_json())
+    return {k: data[k] for k in META_KEYS if k in data}
+
+
+def real_agent_factory(
+    http: httpx.AsyncClient,
+    *,
+    context_window_tokens: int | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> AgentFactory:
+    """Sessions run ``workstation.agent.Agent`` over the shared HTTP client.
+
+    ``context_window_tokens``: the model's context length; None asks each endpoint once
+    (vLLM reports ``max_model_len``). ``overrides``: further ``AgentConfig`` fields.
+    """
+    from workstation.agent import Agent, AgentConfig, AgentSnapshot
+    from workstation.agent.model_info import fetch_context_window
+    from workstation.core.agent_events import AgentMode, ToolProtocol
+    from workstation.core.approvals import ApprovalPolicy
+    from workstation.engine.chat_client import ChatClient
+
+    windows: dict[str, int] = {}
+
+    async def make(setup: AgentSetup) -> AgentHandle:
+        spec = setup.spec
+        window = context_window_tokens or windows.get(setup.endpoint.name)
+        if window is None:
+            window = await fetch_context_window(http, setup.endpoint) or 8192
+            windows[setup.endpoint.name] = window
+        try:
+            policy = ApprovalPolicy.parse(spec.auto_approve or ("read",))
+        except ValueError as exc:
+            raise UserError(str(exc)) from None
+        fields: dict[str, Any] = dict(
+            mode=AgentMode(spec.mode), approval=policy, user_present=not spec.headless,
+            temperature=spec.temperature, context_window_tokens=window,
+        )
+        if spec.max_steps is not None:
+            fields["max_turns"] = spec.max_steps
+        fields.update(overrides or {})
+        config = AgentConfig(**fields)
+        snapshot = None
+        if setup.history:
+            meta = setup.agent_meta
+            snapshot = AgentSnapshot(
+                session_id=setup.session_id, messages=list(setup.history),
+                mode=AgentMode(meta.get("mode") or spec.mode),
+                protocol=ToolProtocol(meta["protocol"]) if meta.get("protocol") else None,
+                turns=int(meta.get("turns") or 0),
+                pending_question_call=meta.get("pending_question_call"),
+                completed=bool(meta.get("completed")), needs_input=bool(meta.get("needs_input")),
+                context_tokens=int(meta.get("context_tokens") or 0),
+                files_read=list(meta.get("files_read") or ()),
+                files_changed=list(meta.get("files_changed") or ()),
+                commands_run=list(meta.get("commands_run") or ()),
+            )
+        agent = Agent(
+            setup.session_id, setup.root, setup.task, ChatClient(http, setup.endpoint), config,
+            on_event=setup.on_event, approver=setup.approver,
+            generation_slot=setup.generation_slot, snapshot=snapshot,
+        )
+        if setup.user_message:
+            agent.reply(setup.user_message)
+        return agent
+
+    return make

@@ -25,7 +25,7 @@ from workstation.core.approvals import ApprovalDecision, ApprovalRequest
 from workstation.core.errors import UserError
 from workstation.core.fleet_events import SessionAgentEvent, SessionStatsChanged, SessionSummary
 from workstation.core.session_state import SessionState as S
-from workstation.fleet.agent_bridge import AgentSetup
+from workstation.fleet.agent_bridge import AgentSetup, build_agent, meta_of
 from workstation.fleet.engine_watch import endpoint_alive
 from workstation.fleet.event_codec import decode, encode, history_from_events, is_stored
 from workstation.fleet.session import SessionRecord, TokenRate
@@ -124,7 +124,8 @@ class SessionDriver:
             history = await self._history(session_id)
 
             def on_event(event: object) -> None:
-                if drive.token == self._drives.get(session_id, drive).token and not drive.ending:
+                # a driver that was replaced never writes into its successor's transcript
+                if drive.token == self._drives.get(session_id, drive).token:
                     if isinstance(event, ev.RunFinished):
                         last_finish.append(event)
                     self._on_agent_event(session_id, event)
@@ -135,9 +136,13 @@ class SessionDriver:
                 on_event=on_event,
                 approver=None if rec.spec.headless else self._approver_for(session_id),
                 generation_slot=self.gate.factory(session_id),
+                agent_meta=dict(rec.agent_meta),
             )
-            drive.agent = self._factory(setup)
-            result = await drive.agent.run()
+            drive.agent = await build_agent(self._factory, setup)
+            try:
+                result = await drive.agent.run()
+            finally:
+                self._keep_meta(session_id, drive.agent)
             status, text = _outcome(result, last_finish)
         except asyncio.CancelledError:
             raise
@@ -153,6 +158,7 @@ class SessionDriver:
                             f"engine {endpoint.name} is not answering; continues when it is back")
             self._drives.pop(session_id, None)
             self.watcher.watch(endpoint)
+            self._update_settled()
             return
         new = {
             ev.RunStatus.COMPLETED: S.DONE,
@@ -164,11 +170,24 @@ class SessionDriver:
         self._drives.pop(session_id, None)
         # the run's outcome always applies (a resumed run may end before it generated at all)
         self._set_state(session_id, new, text or status.value, force=True)
+        self._update_settled()  # also when the agent had already announced this state
 
     async def _history(self: Fleet, session_id: str) -> list[dict[str, Any]]:
         rows = await self.store.load_events(session_id)
         events = [decode(r.kind, r.payload) for r in rows if r.kind in ("MessageAppended", "HistoryReplaced")]
         return history_from_events(e for e in events if e is not None)
+
+    def _keep_meta(self: Fleet, session_id: str, agent: object) -> None:
+        rec = self._records.get(session_id)
+        meta = meta_of(agent)
+        if rec is not None and meta is not None:
+            rec.agent_meta = meta
+            self.store.queue_update(session_id, agent_meta=meta)
+
+    def _note_meta(self: Fleet, rec: SessionRecord, key: str, value: Any) -> None:
+        if rec.agent_meta.get(key) != value:
+            rec.agent_meta[key] = value
+            self.store.queue_update(rec.session_id, agent_meta=dict(rec.agent_meta))
 
     # ----- approvals -----
     def _approver_for(self: Fleet, session_id: str):  # type: ignore[no-untyped-def]
@@ -215,6 +234,12 @@ class SessionDriver:
                 self._set_state(session_id, new, event.detail or event.new.value)
         elif isinstance(event, ev.CheckpointCreated):
             self.store.queue_checkpoint(session_id, event.commit, event_seq=seq, label=event.label)
+        elif isinstance(event, ev.TurnFinished) and event.finish_reason != "error":
+            self._note_meta(rec, "turns", event.turn)
+        elif isinstance(event, ev.ProtocolSelected):
+            self._note_meta(rec, "protocol", event.protocol.value)
+        elif isinstance(event, ev.ModeChanged):
+            self._note_meta(rec, "mode", event.mode.value)
         self.agent_event.emit(SessionAgentEvent(session_id, seq, event))
 
     # ----- stats -----

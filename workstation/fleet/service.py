@@ -449,7 +449,12 @@ class Fleet(SessionDriver):
     # ================= state =================
     def _set_state(self, session_id: str, new: S, reason: str = "", *, force: bool = False) -> bool:
         rec = self._records.get(session_id)
-        if rec is None or rec.state is new:
+        if rec is None:
+            return False
+        if rec.state is new:
+            if new in (S.FAILED, S.ENGINE_WAIT, S.NEEDS_INPUT) and reason and reason != rec.error:
+                rec.error = reason
+                self.store.queue_update(session_id, error=reason)
             return False
         old = rec.state
         if not force:

@@ -72,6 +72,8 @@ class SessionRecord:
     completion_tokens: int = 0
     cached_tokens: int = 0
     error: str = ""
+    agent_meta: dict[str, Any] = field(default_factory=dict)
+    """The agent's resumable state besides its messages (protocol, turns, mode, flags)."""
     created_at: float = field(default_factory=time.time)
     updated_at: float = field(default_factory=time.time)
     position: int = 0
@@ -98,7 +100,7 @@ class SessionRecord:
         )
 
     def copy(self) -> SessionRecord:
-        return replace(self)
+        return replace(self, agent_meta=dict(self.agent_meta))
 
 
 class TokenRate:

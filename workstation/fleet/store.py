@@ -50,6 +50,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     completion_tokens INTEGER NOT NULL DEFAULT 0,
     cached_tokens INTEGER NOT NULL DEFAULT 0,
     error TEXT NOT NULL DEFAULT '',
+    agent_meta BLOB NOT NULL DEFAULT '{}',
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL
 );
@@ -76,7 +77,7 @@ CREATE TABLE IF NOT EXISTS repos (path TEXT PRIMARY KEY, last_used REAL NOT NULL
 _SESSION_COLUMNS = (
     "session_id", "name", "position", "state", "spec", "repo_path", "worktree_path", "branch",
     "base_branch", "start_commit", "endpoint_name", "prompt_tokens", "completion_tokens",
-    "cached_tokens", "error", "created_at", "updated_at",
+    "cached_tokens", "error", "agent_meta", "created_at", "updated_at",
 )
 _UPDATABLE = frozenset(_SESSION_COLUMNS) - {"session_id", "created_at"}
 
@@ -141,6 +142,9 @@ class Store:
             conn.execute("PRAGMA foreign_keys=ON")
             conn.execute("PRAGMA busy_timeout=5000")
             conn.executescript(_SCHEMA)
+            columns = {r[1] for r in conn.execute("PRAGMA table_info(sessions)")}
+            if "agent_meta" not in columns:  # stores made before the column existed
+                conn.execute("ALTER TABLE sessions ADD COLUMN agent_meta BLOB NOT NULL DEFAULT '{}'")
             row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is None:
                 conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -485,7 +489,17 @@ def _columns(fields: dict[str, Any]) -> dict[str, Any]:
         out["spec"] = orjson.dumps(out["spec"].to_json())
     if isinstance(out.get("state"), SessionState):
         out["state"] = out["state"].value
+    if isinstance(out.get("agent_meta"), dict):
+        out["agent_meta"] = orjson.dumps(out["agent_meta"])
     return out
+
+
+def _meta(raw: Any) -> dict[str, Any]:
+    try:
+        value = orjson.loads(raw) if raw else {}
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 class _transaction:
@@ -507,7 +521,7 @@ def _session_row(rec: SessionRecord) -> tuple[Any, ...]:
         rec.session_id, rec.name, rec.position, rec.state.value, orjson.dumps(rec.spec.to_json()),
         rec.repo_path, rec.worktree_path, rec.branch, rec.base_branch, rec.start_commit,
         rec.endpoint_name, rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens, rec.error,
-        rec.created_at, rec.updated_at,
+        orjson.dumps(rec.agent_meta), rec.created_at, rec.updated_at,
     )
 
 
@@ -527,6 +541,7 @@ def _record(row: dict[str, Any]) -> SessionRecord:
         completion_tokens=row["completion_tokens"],
         cached_tokens=row["cached_tokens"],
         error=row["error"],
+        agent_meta=_meta(row["agent_meta"]),
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         position=row["position"],

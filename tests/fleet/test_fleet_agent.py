@@ -1,0 +1,119 @@
+"""The fleet with the real coding agent against the scripted OpenAI-compatible server:
+a full run, and an engine that dies mid-stream and comes back."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+from tests.fleet.agent_script import STEPS, make_responder
+from tests.helpers.scripted_server import ScriptedServer
+from workstation.core.session_state import SessionState as S
+from workstation.engine.http import make_http_client
+from workstation.fleet import Fleet, SessionSpec, real_agent_factory
+
+
+class RestartableServer(ScriptedServer):
+    """The scripted server, coming back on the same port after :meth:`aclose`."""
+
+    async def start(self) -> RestartableServer:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", self.port or 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+
+def spec(repo: Path, token: str) -> SessionSpec:
+    return SessionSpec(task=f"Write your token into note.txt. token={token}", repo=str(repo),
+                       name=f"s-{token}", auto_approve=("all",), headless=True)
+
+
+async def _check_history(fleet: Fleet, sid: str) -> list[dict]:
+    events = await fleet.transcript(sid)
+    appended = [e for _, e in events if type(e).__name__ == "MessageAppended"]
+    idx = [e.index for e in appended]
+    assert idx == list(range(len(idx))), "history indexes must grow by one: no turn twice"
+    messages = [json.loads(e.message_json) for e in appended]
+    call_ids = [c["id"] for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+    results = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+    assert sorted(call_ids) == sorted(results), "every tool call has exactly one result"
+    return messages
+
+
+async def test_real_agent_fleet_run(tmp_path: Path, git_repo: Path) -> None:
+    async with ScriptedServer(responder=make_responder()) as server, make_http_client() as http:
+        fleet = Fleet(data_dir=tmp_path / "data", endpoints=[server.endpoint],
+                      agent_factory=real_agent_factory(http), http=http, max_generating=2)
+        await fleet.start()
+        made = []
+        for token in ("a1", "b2", "c3", "d4"):
+            made += await fleet.create_sessions(spec(git_repo, token), 1, start=True)
+        await asyncio.wait_for(fleet.wait_settled(), 60)
+        for s in fleet.sessions():
+            assert s.state is S.DONE, (s.name, s.error)
+            wt = Path(s.worktree_path)
+            assert (wt / "note.txt").read_text() == s.name.removeprefix("s-") + "\n"
+            assert (wt / "runs.log").read_text() == "ran\n"
+            assert s.completion_tokens > 0
+            messages = await _check_history(fleet, s.session_id)
+            assert sum(1 for m in messages if m["role"] == "assistant") == STEPS
+            assert await fleet.store.list_checkpoints(s.session_id)
+        assert fleet.gate.peak_generating <= 2
+        assert not (git_repo / "note.txt").exists()
+        await fleet.aclose()
+
+
+async def test_engine_killed_mid_stream_sessions_wait_then_continue(tmp_path: Path, git_repo: Path) -> None:
+    server = RestartableServer(responder=make_responder(delay_s=0.02, chunk_chars=2))
+    await server.start()
+    async with make_http_client() as http:
+        fleet = Fleet(data_dir=tmp_path / "data", endpoints=[server.endpoint],
+                      agent_factory=real_agent_factory(http, overrides={"max_retries": 1,
+                                                                        "retry_backoff_s": 0.05}),
+                      http=http, engine_poll_s=0.1)
+        await fleet.start()
+        for token in ("k1", "k2", "k3"):
+            await fleet.create_sessions(spec(git_repo, token), 1, start=True)
+        while len(server.requests) < 5:
+            await asyncio.sleep(0.01)
+        await server.aclose()  # the engine dies with streams open
+        for _ in range(400):
+            states = {s.state for s in fleet.sessions()}
+            if states <= {S.ENGINE_WAIT, S.DONE} and S.ENGINE_WAIT in states:
+                break
+            await asyncio.sleep(0.025)
+        waiting = [s for s in fleet.sessions() if s.state is S.ENGINE_WAIT]
+        assert waiting and "not answering" in waiting[0].error
+        await server.start()  # the engine is back on the same address
+        await asyncio.wait_for(fleet.wait_settled(), 60)
+        for s in fleet.sessions():
+            assert s.state is S.DONE, (s.name, s.error)
+            assert (Path(s.worktree_path) / "runs.log").read_text() == "ran\n"  # never twice
+            await _check_history(fleet, s.session_id)
+        await fleet.aclose()
+    await server.aclose()
+
+
+async def test_unreachable_endpoint_is_engine_wait_not_failure(tmp_path: Path, git_repo: Path) -> None:
+    """A session started while its engine is down waits for it instead of failing."""
+    server = RestartableServer(responder=make_responder())
+    await server.start()
+    endpoint = server.endpoint
+    await server.aclose()
+    async with make_http_client() as http:
+        fleet = Fleet(data_dir=tmp_path / "data", endpoints=[endpoint],
+                      agent_factory=real_agent_factory(http, context_window_tokens=8192,
+                                                       overrides={"max_retries": 0}),
+                      http=http, engine_poll_s=0.1)
+        await fleet.start()
+        (s,) = await fleet.create_sessions(spec(git_repo, "z9"), 1, start=True)
+        for _ in range(200):
+            if fleet.summary(s.session_id).state is S.ENGINE_WAIT:
+                break
+            await asyncio.sleep(0.02)
+        assert fleet.summary(s.session_id).state is S.ENGINE_WAIT
+        await server.start()
+        await asyncio.wait_for(fleet.wait_settled(), 60)
+        assert fleet.summary(s.session_id).state is S.DONE
+        await fleet.aclose()
+    await server.aclose()

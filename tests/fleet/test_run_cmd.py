@@ -1,0 +1,109 @@
+"""``workstation run``: usage mistakes, a TOML task file, the live table and the JSON summary."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.fleet.agent_script import make_responder
+from tests.helpers.scripted_server import ScriptedServer
+from workstation import cli
+from workstation.commands.run_cmd import render_table
+from workstation.core.errors import UserError
+from workstation.core.fleet_events import SessionSummary
+from workstation.core.session_state import SessionState
+from workstation.fleet.taskfile import load_taskfile
+
+
+def _main(args: list[str], data: Path) -> int:
+    return cli.main(["--data-dir", str(data), "run", *args])
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([], "say what to run"),
+    (["--task", "x"], "--task needs --repo"),
+    (["--task", "x", "--repo", ".", "--sessions", "0"], "--sessions must be at least 1"),
+    (["--task", "x", "--repo", ".", "--auto-approve", "everything"], "unknown approval category"),
+    (["--resume", "--task", "x"], "takes no --task"),
+    (["--tasks", "/no/such/file.toml"], "does not exist"),
+])
+def test_usage_mistakes_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str],
+                               message: str) -> None:
+    assert _main(args, tmp_path / "data") == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "data" / "worktrees").exists()
+
+
+def test_bad_repo_exit_2_and_nothing_made(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with ScriptedServer(responder=make_responder()).in_thread() as server:
+        code = _main(["--repo", str(tmp_path / "nope"), "--task", "x", "--endpoint", server.base_url,
+                      "--api-key", server.api_key, "--model", server.model], tmp_path / "data")
+    assert code == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "data" / "worktrees").exists()
+
+
+def test_taskfile_run_to_completion(tmp_path: Path, git_repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    other = tmp_path / "plain"
+    other.mkdir()
+    (other / "x.py").write_text("x = 1\n")
+    tasks = tmp_path / "fleet.toml"
+    tasks.write_text(f'''
+[defaults]
+auto_approve = "all"
+
+[[session]]
+task = "Note it. token=aa"
+repo = "{git_repo}"
+count = 2
+
+[[session]]
+task = "Note it. token=bb"
+repo = "plain"
+init = true
+name = "plain-one"
+''')
+    with ScriptedServer(responder=make_responder()).in_thread() as server:
+        code = _main(["--tasks", str(tasks), "--endpoint", server.base_url, "--api-key", server.api_key,
+                      "--model", server.model, "--json", "--max-generating", "2"], tmp_path / "data")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["sessions"] == 3 and summary["states"] == {"done": 3}
+    assert summary["completion_tokens"] > 0 and summary["generated_tok_s"] > 0
+    assert "plain-one" in out and "3 sessions" in out
+    assert (other / ".git").exists()  # git init'ed, as the file asked
+
+
+def test_taskfile_mistakes(tmp_path: Path) -> None:
+    f = tmp_path / "t.toml"
+    cases = {
+        "[[session]]\ntask = 'x'\n": "exactly one of repo",
+        "[[session]]\ntask = 'x'\nrepo = '.'\nbogus = 1\n": "unknown or misplaced key(s) bogus",
+        "[defaults]\ntask = 'x'\n[[session]]\nrepo = '.'\ntask = 'y'\n": "misplaced key(s) task",
+        "[[session]]\nrepo = '.'\n": "has no task",
+        "[[session]]\ntask = 'x'\nrepo = '.'\ncount = 0\n": "count must be",
+        "[other]\n": "unknown table",
+        "not toml [": "not valid TOML",
+        "": "no [[session]] entries",
+    }
+    for text, message in cases.items():
+        f.write_text(text)
+        with pytest.raises(UserError, match=re.escape(message)):
+            load_taskfile(f)
+
+
+def test_table_has_totals() -> None:
+    def row(name: str, state: SessionState, gen: int, rate: float) -> SessionSummary:
+        return SessionSummary(name, name, state, "t", "/r", "/w", f"ws/{name}", "main", "act", "e1",
+                              prompt_tokens=100, completion_tokens=gen, tokens_per_s=rate)
+
+    lines = render_table([row("a", SessionState.RUNNING, 40, 12.5), row("b", SessionState.DONE, 60, 0.0)], 10.0)
+    text = "\n".join(lines)
+    assert "a " in text and "running" in text and "12.5" in text
+    assert "2 sessions" in text and "generated 100" in text and "12.5 tok/s" in text
+    final = "\n".join(render_table([row("b", SessionState.DONE, 60, 0.0)], 10.0, final_table=True))
+    assert "avg 6.0 tok/s" in final

@@ -1,0 +1,127 @@
+"""A TOML file of tasks and repositories for a headless fleet run.
+
+::
+
+    # defaults for every [[session]] (all optional)
+    [defaults]
+    repo = "~/src/project"          # local folder, or `url` to clone instead
+    base = "main"
+    mode = "act"                    # or "plan"
+    auto_approve = "read,edit"      # all | none | read,edit,command,other
+    max_steps = 30
+
+    [[session]]
+    task = "Add a --verbose flag to the CLI"
+    name = "verbose-flag"           # branch ws/verbose-flag
+    count = 1                       # run this task N times (names get -1, -2 …)
+
+    [[session]]
+    task = "Fix the flaky test in tests/test_io.py"
+    url = "https://example.com/other.git"
+
+Relative ``repo`` paths are relative to the file. Unknown keys are refused by name.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workstation.core.errors import UserError
+from workstation.fleet.session import SessionSpec
+
+_KEYS = {"task", "repo", "url", "name", "base", "mode", "auto_approve", "count", "max_steps",
+         "init", "endpoint", "temperature", "shared_links"}
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEntry:
+    spec: SessionSpec
+    count: int
+
+
+def load_taskfile(path: Path | str, *, headless: bool = True) -> list[TaskEntry]:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise UserError(f"task file {p} does not exist" if not p.exists() else f"{p} is not a file")
+    try:
+        data = tomllib.loads(p.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise UserError(f"task file {p} is not valid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UserError(f"cannot read task file {p}: {exc}") from None
+    unknown_top = set(data) - {"defaults", "session"}
+    if unknown_top:
+        raise UserError(f"task file {p}: unknown table(s) {', '.join(sorted(unknown_top))}",
+                        hint="use [defaults] and [[session]]")
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, dict):
+        raise UserError(f"task file {p}: [defaults] must be a table")
+    _check_keys(p, "[defaults]", defaults, allow_task=False)
+    sessions = data.get("session", [])
+    if not isinstance(sessions, list) or not sessions:
+        raise UserError(f"task file {p} has no [[session]] entries")
+    entries: list[TaskEntry] = []
+    for i, raw in enumerate(sessions, 1):
+        where = f"[[session]] #{i}"
+        if not isinstance(raw, dict):
+            raise UserError(f"task file {p}: {where} must be a table")
+        _check_keys(p, where, raw, allow_task=True)
+        merged = {**defaults, **raw}
+        entries.append(_entry(p, where, merged, headless))
+    return entries
+
+
+def _check_keys(p: Path, where: str, table: dict[str, Any], *, allow_task: bool) -> None:
+    unknown = set(table) - _KEYS
+    if not allow_task:
+        unknown |= set(table) & {"task", "name", "count"}
+    if unknown:
+        raise UserError(f"task file {p}: {where} has unknown or misplaced key(s) "
+                        f"{', '.join(sorted(unknown))}", hint=f"known: {', '.join(sorted(_KEYS))}")
+
+
+def _entry(p: Path, where: str, d: dict[str, Any], headless: bool) -> TaskEntry:
+    def text(key: str, default: str | None = None) -> str | None:
+        value = d.get(key, default)
+        if value is not None and not isinstance(value, str):
+            raise UserError(f"task file {p}: {where}: {key} must be a string")
+        return value
+
+    task = text("task")
+    if not task or not task.strip():
+        raise UserError(f"task file {p}: {where} has no task")
+    repo, url = text("repo"), text("url")
+    if bool(repo) == bool(url):
+        raise UserError(f"task file {p}: {where} needs exactly one of repo = \"PATH\" or url = \"URL\"")
+    if repo:
+        rp = Path(repo).expanduser()
+        repo = str(rp if rp.is_absolute() else (p.parent / rp).resolve())
+    count = d.get("count", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise UserError(f"task file {p}: {where}: count must be a whole number of at least 1")
+    approve = d.get("auto_approve", "read,edit")
+    if isinstance(approve, list):
+        approve = ",".join(str(a) for a in approve)
+    if not isinstance(approve, str):
+        raise UserError(f"task file {p}: {where}: auto_approve must be a string like \"read,edit\"")
+    max_steps = d.get("max_steps")
+    if max_steps is not None and (not isinstance(max_steps, int) or max_steps < 1):
+        raise UserError(f"task file {p}: {where}: max_steps must be a whole number of at least 1")
+    temperature = d.get("temperature")
+    if temperature is not None and not isinstance(temperature, int | float):
+        raise UserError(f"task file {p}: {where}: temperature must be a number")
+    links = d.get("shared_links", [])
+    if not isinstance(links, list) or not all(isinstance(x, str) for x in links):
+        raise UserError(f"task file {p}: {where}: shared_links must be a list of paths")
+    spec = SessionSpec(
+        task=task.strip(), repo=repo or url or "", name=text("name"), base_branch=text("base"),
+        clone=bool(url), init_if_plain=bool(d.get("init", False)), mode=text("mode", "act") or "act",
+        auto_approve=tuple(a.strip() for a in approve.split(",") if a.strip()), headless=headless,
+        endpoint=text("endpoint"), max_steps=max_steps,
+        temperature=float(temperature) if temperature is not None else None,
+        shared_links=tuple(links),
+    )
+    return TaskEntry(spec, count)
