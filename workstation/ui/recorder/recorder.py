@@ -185,6 +185,11 @@ class Recorder(QObject):
         return self._options
 
     @property
+    def encoder_pid(self) -> int | None:
+        """Process id of the encoder of the current (or last) recording."""
+        return self._worker.pid if self._worker is not None else None
+
+    @property
     def started_monotonic_s(self) -> float:
         return self._t0_s
 
