@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import secrets
 from pathlib import Path
 
 import psutil
@@ -125,16 +126,27 @@ async def test_headless_question_is_answered_at_once(server: ScriptedServer, mak
 
 
 # ----- stop and pause
-async def test_stop_kills_a_running_command_and_leaves_history_consistent(server: ScriptedServer, make_agent, git_repo: Path) -> None:
-    server.push(call("execute_command", command="sleep 60 & echo $! > child.pid; wait"))
+def _sleepers(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if marker in " ".join(proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+async def test_stop_kills_a_running_command_and_leaves_history_consistent(server: ScriptedServer, make_agent) -> None:
+    marker = f"{secrets.randbelow(10**6) + 10**6}.5"  # a unique `sleep` argument, seen from the host
+    server.push(call("execute_command", command=f"sleep {marker} & wait"))
     agent, rec = make_agent(server)
     task = asyncio.create_task(agent.run())
-    await _until(lambda: (git_repo / "child.pid").exists() and (git_repo / "child.pid").read_text().strip() != "")
-    pid = int((git_repo / "child.pid").read_text())
+    await _until(lambda: bool(_sleepers(marker)))
     agent.stop()
     outcome = await task
     assert outcome.status is RunStatus.STOPPED and agent.state is AgentState.STOPPED
-    await _until(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE)
+    await _until(lambda: not _sleepers(marker))
     last = agent.messages[-1]
     assert last["role"] == "tool" and last["content"] == INTERRUPTED_RESULT
     assert rec.results()[-1].status == "interrupted"

@@ -29,6 +29,7 @@ from workstation.agent.tool_specs import OPENAI_TOOLS
 from workstation.agent.toolcalls import RawCall, new_call_id, parse_text_protocol, recover_tool_calls
 from workstation.core.agent_events import ToolProtocol
 from workstation.core.endpoints import Endpoint
+from workstation.engine.chat_client import ChatClient, EngineHTTPError, EngineUnreachable, Usage
 
 _TOOL_REFUSAL_WORDS = ("tool", "function")
 _CONTEXT_WORDS = ("maximum context length", "context length", "too long", "max_model_len",
@@ -130,3 +131,25 @@ def tool_result_message(protocol: ToolProtocol, call: RawCall, args: dict[str, A
     if protocol is ToolProtocol.TEXT:
         return {"role": "user", "content": text_tool_result(call.name, args, text)}
     return {"role": "tool", "tool_call_id": call.id, "content": text}
+
+
+def shared_prefix_messages(protocol: ToolProtocol) -> list[Message]:
+    """The start every session of ``protocol`` shares: the system prompt (tools travel apart)."""
+    return [{"role": "system", "content": system_prompt(protocol)}, {"role": "user", "content": "."}]
+
+
+async def prime_prefix_cache(client: ChatClient, protocol: ToolProtocol) -> Usage | None:
+    """Make the engine compute the shared system prompt + tools once, before sessions start.
+
+    Sessions that start together would otherwise all compute the same prefix in the same
+    scheduler step (nothing is cached yet). One request of a single token is enough; a
+    fleet calls this once per endpoint. Returns the request's usage; None when refused.
+    """
+    usage: Usage | None = None
+    try:
+        async for delta in client.stream_chat(shared_prefix_messages(protocol), max_tokens=1, temperature=0.0,
+                                              **request_fields(protocol)):
+            usage = delta.usage or usage
+    except (EngineHTTPError, EngineUnreachable):
+        return None
+    return usage or Usage()
