@@ -1,0 +1,145 @@
+"""The tuning lab against the real vLLM engine: a short benchmark (own load generator, a
+replay, and vLLM's own ``vllm bench serve``) and a switch with sessions streaming across it.
+
+Each test starts its own engines with the tiny model (eager, ~30-60 s each) through the
+launcher and stops them in a ``finally``; at most two run at once, during the switch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+from workstation.core.profiles import PRESETS, Profile, flatten
+from workstation.core.requests import RequestRecord
+from workstation.core.traffic import shape_from_records
+from workstation.tuning.results import Slo, Workload
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow]
+
+
+@pytest.fixture
+def lab(tmp_path):
+    from workstation.config import load_settings
+    from workstation.engine.environment import find_engine
+    from workstation.engine.models import resolve_model
+    from workstation.tuning.bench import tuning_settings
+    from workstation.tuning.store import TuningStore
+
+    settings = tuning_settings(load_settings(), kv_cache_gib=0.5)
+    engine = find_engine(settings)
+    if engine is None:
+        pytest.skip("engine not set up (run `workstation engine setup`)")
+    try:
+        model = resolve_model(settings, "tiny")
+    except Exception as exc:  # noqa: BLE001 - reported as a skip reason
+        pytest.skip(f"tiny model not prepared: {exc}")
+    return settings, engine, model, TuningStore(tmp_path / "data")
+
+
+async def test_short_real_benchmark(lab, tmp_path):
+    from workstation.engine.http import make_http_client
+    from workstation.tuning.bench import context_for, managed_engine, run_workload
+
+    settings, engine, model, store = lab
+    profile = flatten(PRESETS["default"], PRESETS)
+    async with make_http_client() as http, managed_engine(settings, engine, model, profile,
+                                                          log_dir=tmp_path / "logs") as launcher:
+        context = context_for(profile, engine, model)
+        synthetic = Workload(kind="synthetic", concurrency=4, input_len=128, output_len=32, duration_s=5.0,
+                             warmup_s=1.0)
+        own = await run_workload(http, launcher.endpoint, synthetic, context, slo=Slo(), store=store)
+        assert own.completed > 0 and own.failed == 0
+        assert own.output_tok_s > 0 and own.total_tok_s > own.output_tok_s
+        assert own.ttft.p50_ms and own.tpot.p50_ms and own.itl.p99_ms is not None and own.goodput_pct is not None
+        assert own.engine_version == engine.version and own.model == "tiny" and own.profile == "default"
+        assert own.prefix_cache_hit_rate is not None  # read from the engine's /metrics
+
+        records = [RequestRecord("e", "tiny", f"s{s}", float(i), 0.1, 1.0, 100 + 60 * i, 16, 0, 0.1, True)
+                   for s in range(2) for i in range(4)]
+        shape = shape_from_records("agents", records)
+        replay = Workload(kind="replay", concurrency=2, shape="agents", duration_s=5.0, warmup_s=1.0)
+        replayed = await run_workload(http, launcher.endpoint, replay, context, shape=shape, store=store)
+        assert replayed.completed > 0 and replayed.failed == 0
+        # append-only histories: later prompts of a session start with earlier ones
+        assert replayed.prefix_cache_hit_rate is not None and replayed.prefix_cache_hit_rate > 0.2
+
+        bench = Workload(kind="synthetic", concurrency=4, input_len=64, output_len=16, max_requests=8)
+        theirs = await run_workload(http, launcher.endpoint, bench, context, tool="vllm", store=store,
+                                    timeout_s=300)
+        assert theirs.tool == "vllm-bench-serve" and theirs.completed == 8 and theirs.failed == 0
+        assert theirs.output_tok_s > 0 and theirs.ttft.p50_ms and theirs.tpot.p99_ms
+    stored = store.results()
+    assert [r.tool for r in stored].count("loadgen") == 2 and len(stored) == 3
+    assert launcher.pid is None and not launcher.alive()
+
+
+async def test_switch_with_sessions_streaming(lab, tmp_path):
+    from workstation.engine.chat_client import ChatClient, EngineHTTPError, EngineUnreachable
+    from workstation.engine.http import make_http_client
+    from workstation.engine.launcher import EngineLauncher
+    from workstation.tuning.placement import plan_placement
+    from workstation.tuning.switch import SafeSwitch
+
+    settings, engine, model, _ = lab
+    old_profile = flatten(PRESETS["default"], PRESETS)
+    new_profile = Profile("fewer-seqs", "switch target", args=("--enforce-eager", "--max-num-seqs", "16"))
+    launchers: list[EngineLauncher] = []
+
+    def factory(profile: Profile, env: dict[str, str]) -> EngineLauncher:
+        launchers.append(EngineLauncher(settings, engine, model, log_dir=tmp_path / profile.name,
+                                        profile=profile, env=env))
+        return launchers[-1]
+
+    old = factory(old_profile, {})
+    records: list[RequestRecord] = []
+    done = lost = retried = 0
+    stop = asyncio.Event()
+    try:
+        await old.start()
+        async with make_http_client() as http:
+            clients = [ChatClient(http, old.endpoint, session_id=f"session-{i}", observers=[records.append])
+                       for i in range(4)]
+
+            async def session(client: ChatClient) -> None:
+                nonlocal done, lost, retried
+                while not stop.is_set():
+                    for attempt in range(2):
+                        try:
+                            await client.complete([{"role": "user", "content": "write a function"}], max_tokens=48)
+                            done += 1
+                            break
+                        except (EngineUnreachable, EngineHTTPError):
+                            if attempt == 0:
+                                retried += 1
+                            else:
+                                lost += 1
+
+            tasks = [asyncio.create_task(session(c), name=f"session-{i}") for i, c in enumerate(clients)]
+            await asyncio.sleep(3.0)
+            placement = plan_placement(engine.platform, live_env=dict(os.environ), cpu_count=os.cpu_count() or 1)
+            switch = SafeSwitch(http, old, factory, clients=clients, side_by_side=True,
+                                placement_env=dict(placement.env), placement_reason=placement.reason,
+                                baseline_s=3.0, drain_timeout_s=60.0)
+            report, serving = await switch.run(new_profile)
+            await asyncio.sleep(3.0)
+            stop.set()
+            await asyncio.gather(*tasks)
+        print("\n".join(report.lines()))
+        assert report.ok, report.reason
+        assert serving is launchers[1] and serving.alive() and not old.alive()
+        assert all(c.endpoint.base_url == serving.endpoint.base_url for c in clients)
+        assert lost == 0 and report.failed_during == 0
+        assert report.largest_gap_s is not None and report.largest_gap_s > 0
+        assert report.baseline_gap_s is not None
+        after = [r for r in records if r.endpoint == serving.endpoint.base_url]
+        assert after and all(r.ok for r in after)  # sessions went on on the new engine
+        assert done > len(clients)
+    finally:
+        stop.set()
+        for launcher in launchers:
+            await launcher.stop()
+    assert not any(launcher.alive() for launcher in launchers)
