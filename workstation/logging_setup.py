@@ -1,5 +1,8 @@
 """Everything into logging: a rotating file in the data dir, warnings to stderr,
-``faulthandler`` into a crash file. Qt messages are routed here by ``ui/``."""
+``faulthandler`` into a crash file. Qt messages are routed here by ``ui/``.
+
+Every handler scrubs known secret shapes (``core/secrets.py``) and the exact values
+registered with :func:`register_secret` (an engine's key) from messages and tracebacks."""
 
 from __future__ import annotations
 
@@ -10,8 +13,39 @@ import sys
 from typing import IO
 
 from workstation.config import default_data_dir
+from workstation.core.secrets import Scrubber
 
 _crash_file: IO[str] | None = None
+_scrubber = Scrubber()
+
+
+def register_secret(value: str) -> None:
+    """Scrub ``value`` from every log record from now on (an engine's random key …)."""
+    _scrubber.add(value)
+
+
+class SecretFilter(logging.Filter):
+    """Replaces secrets in a record's message, traceback and stack before any handler formats it."""
+
+    def __init__(self, scrubber: Scrubber | None = None) -> None:
+        super().__init__()
+        self.scrubber = scrubber or _scrubber
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # noqa: BLE001 - a bad format is reported by the handler as usual
+            return True
+        clean = self.scrubber(message)
+        if clean != message:
+            record.msg, record.args = clean, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = self.scrubber(record.exc_text)
+        if record.stack_info:
+            record.stack_info = self.scrubber(record.stack_info)
+        return True
 
 
 def setup_logging(*, verbose: bool = False) -> None:
@@ -23,6 +57,7 @@ def setup_logging(*, verbose: bool = False) -> None:
     stderr = logging.StreamHandler(sys.stderr)
     stderr.setLevel(logging.DEBUG if verbose else logging.WARNING)
     stderr.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    stderr.addFilter(SecretFilter())
     root.addHandler(stderr)
     logs = default_data_dir() / "logs"
     try:
@@ -31,6 +66,7 @@ def setup_logging(*, verbose: bool = False) -> None:
             logs / "workstation.log", maxBytes=5_000_000, backupCount=3, encoding="utf-8"
         )
         handler.setLevel(logging.DEBUG)
+        handler.addFilter(SecretFilter())
         handler.setFormatter(
             logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(threadName)s] %(message)s")
         )

@@ -19,6 +19,7 @@ from typing import Any
 import orjson
 
 from workstation.core import agent_events as ev
+from workstation.core.secrets import scrub_bytes
 
 EPHEMERAL: frozenset[type] = frozenset(
     {ev.TextStreamed, ev.ReasoningStreamed, ev.ToolCallStreamed, ev.CommandOutputStreamed}
@@ -37,8 +38,9 @@ def is_stored(event: object) -> bool:
 
 
 def encode(event: object) -> tuple[str, bytes]:
-    """``(kind, payload)`` for the store; ``kind`` is the event's class name."""
-    return type(event).__name__, orjson.dumps(event)
+    """``(kind, payload)`` for the store; ``kind`` is the event's class name. Known secret
+    shapes are scrubbed from the payload (it stays valid JSON; see ``core/secrets.py``)."""
+    return type(event).__name__, scrub_bytes(orjson.dumps(event))
 
 
 @cache
