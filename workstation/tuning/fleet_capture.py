@@ -2,8 +2,11 @@
 repositories, headless, against an endpoint, for a bounded time.
 
 The fleet runs in its own folder (store and worktrees under ``workdir``), so a capture never
-touches the user's sessions; the recorder listens to ``Fleet.agent_event``. At the end every
-session is paused (an in-flight turn is dropped) and the fleet closed.
+touches the user's sessions; the recorder listens to ``Fleet.agent_event``. A session that
+stops before the time is up (done, gave up, asks a question — a weak model does so within
+seconds) gets a follow-up, as a user at the keyboard would give, so the capture sees long,
+growing histories (``keep_busy``). At the end every session is paused (an in-flight turn is
+dropped) and the fleet closed.
 
 The app's own Tuning panel records the user's live fleet the same way
 (``TrafficRecorder.attach_fleet``); this is the headless path for the CLI and benchmarks.
@@ -21,6 +24,8 @@ from pathlib import Path
 import httpx
 
 from workstation.core.endpoints import Endpoint
+from workstation.core.errors import UserError
+from workstation.core.session_state import SessionState
 from workstation.core.traffic import TrafficShape
 from workstation.fleet import Fleet, SessionSpec, real_agent_factory
 from workstation.fleet.demo_manifest import load_manifest, plan_sessions, prepare_repositories
@@ -28,6 +33,7 @@ from workstation.tuning.capture import TrafficRecorder
 
 log = logging.getLogger(__name__)
 
+FOLLOW_UP = "Check your work: run the tests again, fix anything that still fails, and finish the task."
 FIRST_TASK_ALLOWANCE_TOKENS = 96
 """Tokens of a session's first prompt that are its own task, not the shared system prompt."""
 
@@ -53,6 +59,7 @@ async def capture_fleet_shape(
     duration_s: float,
     workdir: Path,
     max_generating: int | None = None,
+    keep_busy: bool = True,
     say: Callable[[str], None] | None = None,
 ) -> TrafficShape:
     say = say or (lambda _m: None)
@@ -77,10 +84,21 @@ async def capture_fleet_shape(
         t0 = time.monotonic()
         for sid in ids:
             await fleet.start_session(sid)
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(duration_s):
-                await fleet.wait_settled()
-        say(f"  {len(recorder.records)} model turns recorded in {time.monotonic() - t0:.0f} s")
+        nudges = 0
+        while time.monotonic() - t0 < duration_s:
+            await asyncio.sleep(1.0)
+            if not keep_busy:
+                if all(not s.state.is_active for s in fleet.sessions()):
+                    break
+                continue
+            for s in fleet.sessions():
+                # a weak model stops early (done, gave up, asks): a user would follow up
+                if s.state.is_finished or s.state is SessionState.NEEDS_INPUT:
+                    with contextlib.suppress(UserError):
+                        await fleet.reply(s.session_id, FOLLOW_UP)
+                        nudges += 1
+        say(f"  {len(recorder.records)} model turns recorded in {time.monotonic() - t0:.0f} s "
+            f"({nudges} follow-ups sent to sessions that had stopped)")
         await fleet.pause_all()
         await recorder.stop()
     finally:
