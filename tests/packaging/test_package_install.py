@@ -73,6 +73,7 @@ def _scratch_venv_on_app_deps(root: Path) -> Path:
     return root / "bin" / "python"
 
 
+@pytest.mark.slow
 def test_pip_install_gives_a_working_command(tmp_path: Path) -> None:
     src = _copy_source(tmp_path / "src")
     python = _scratch_venv_on_app_deps(tmp_path / "venv")
