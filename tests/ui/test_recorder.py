@@ -217,9 +217,11 @@ def test_recording_is_real_time_and_follows_the_monotonic_clock(window, qtbot, t
 def test_a_busy_gui_thread_repeats_frames_and_keeps_time(window, qtbot, tmp_path) -> None:
     recorder = Recorder()
     stall_s = 0.4
-    QTimer.singleShot(700, lambda: time.sleep(stall_s))  # the GUI thread freezes
-    result = record(qtbot, recorder, window,
-                    RecordingOptions(path=tmp_path / "stall.mp4", fps=30, duration_s=2.0))
+    recorder.start(window, RecordingOptions(path=tmp_path / "stall.mp4", fps=30, duration_s=2.0))
+    qtbot.waitUntil(lambda: recorder.is_recording, timeout=20_000)
+    QTimer.singleShot(500, lambda: time.sleep(stall_s))  # the GUI thread freezes
+    qtbot.waitUntil(lambda: recorder.state is RecorderState.IDLE, timeout=30_000)
+    result = recorder.stop().result()
     assert result.ok
     times, frames = decode(result.path)
     assert abs(len(frames) - 60) <= 1

@@ -386,6 +386,7 @@ class Recorder(QObject):
             error=error,
         )
         self._result.set_result(result)
+        self._worker.close()
         self._set_state(RecorderState.IDLE)
         log.info("recording %s closed: %d frames (%d repeated, %d dropped)%s", result.path,
                  result.frames_written, result.frames_repeated, result.frames_dropped,

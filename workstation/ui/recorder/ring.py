@@ -15,6 +15,7 @@ from __future__ import annotations
 import mmap
 import os
 import tempfile
+import weakref
 from multiprocessing import reduction
 
 import numpy as np
@@ -47,6 +48,7 @@ class FrameRing:
         self.slot_bytes = slot_bytes
         self.size = HEADER_BYTES + slots * slot_bytes
         self._fd = _anonymous_fd(self.size) if fd is None else fd
+        self._closer = weakref.finalize(self, _close_fd, self._fd)
         self._map = mmap.mmap(self._fd, self.size)
         self.counters = np.frombuffer(self._map, np.int64, count=N_COUNTERS)
 
@@ -58,15 +60,20 @@ class FrameRing:
         return memoryview(self._map)[start:start + (self.slot_bytes if nbytes is None else nbytes)]
 
     def close(self) -> None:
-        self.counters = np.zeros(N_COUNTERS, np.int64)  # drop the view before unmapping
+        """Release the memory (the descriptor now; the mapping once no view of it is left)."""
+        self.counters = self.counters.copy()  # keep the last counts, drop the view
         try:
             self._map.close()
         except BufferError:  # a view is still alive somewhere; the mapping goes with it
             pass
-        try:
-            os.close(self._fd)
-        except OSError:
-            pass
+        self._closer()
+
+
+def _close_fd(fd: int) -> None:
+    try:
+        os.close(fd)
+    except OSError:
+        pass
 
 
 def _attach(slots: int, slot_bytes: int, dupfd) -> FrameRing:

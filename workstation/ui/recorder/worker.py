@@ -97,7 +97,11 @@ class EncoderWorker:
             target=encoder_main, name=f"workstation-encoder:{options.path.name}", daemon=True,
             args=(self.ring, control_recv, events_send, options, width_px, height_px),
         )
-        _start_without_main(self._process)
+        try:
+            _start_without_main(self._process)
+        except OSError as exc:
+            self.ring.close()
+            raise UserError(f"cannot start the video encoder process: {exc}") from None
         control_recv.close()  # only the child holds these ends now, so EOF reaches it
         events_send.close()
         self._reader = threading.Thread(target=self._read_events, daemon=True,
@@ -161,6 +165,12 @@ class EncoderWorker:
     def join(self, timeout_s: float | None = None) -> EncoderOutcome | None:
         self._reader.join(timeout_s)
         return self._future.result() if self._future.done() else None
+
+    def close(self) -> None:
+        """Free the shared memory once the encoder is done (the GUI thread calls this
+        after its last use of a slot)."""
+        if self._future.done():
+            self.ring.close()
 
     def stats(self) -> EncoderStats:
         counters = self.ring.counters
