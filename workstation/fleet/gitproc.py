@@ -89,7 +89,7 @@ class GitRunner:
         self.git = found
         cores = os.cpu_count() or 2
         self._slots = asyncio.Semaphore(max_concurrent or max(2, min(8, cores * 2)))
-        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="fleet-git")
+        self._pool = ThreadPoolExecutor(max_workers=max(2, min(4, cores)), thread_name_prefix="fleet-git")
         self._env = _base_env()
         self._closed = False
         self._repo_locks: dict[str, asyncio.Lock] = {}

@@ -206,7 +206,14 @@ class Fleet(SessionDriver):
             await check_names_free(self.git, prepared.repo, names, self.data_dir)
             await self.store.remember_repo(str(prepared.repo.path))
             for name in names:
-                made.append(await self._create_one(spec, prepared, name))
+                made.append(await self._insert_session(spec, prepared, name))
+            # checkouts in parallel (the git runner bounds how many run at once)
+            results = await asyncio.gather(
+                *(self._build_worktree(sid, prepared) for sid in made), return_exceptions=True
+            )
+            failures = [r for r in results if isinstance(r, BaseException)]
+            if failures:
+                raise failures[0]
         except BaseException:
             for sid in reversed(made):
                 with contextlib.suppress(Exception):
@@ -240,7 +247,7 @@ class Fleet(SessionDriver):
             i += 1
         return names
 
-    async def _create_one(self, spec: SessionSpec, prepared: PreparedRepo, name: str) -> str:
+    async def _insert_session(self, spec: SessionSpec, prepared: PreparedRepo, name: str) -> str:
         sid = uuid.uuid4().hex[:12]
         rec = SessionRecord(
             session_id=sid, name=name, spec=replace(spec, name=name), state=S.PREPARING,
@@ -255,18 +262,15 @@ class Fleet(SessionDriver):
         await self.store.insert_session(rec)
         self._records[sid] = rec
         self.changed.emit(SessionCreated(self._summary(rec)))
-        try:
-            self._progress(sid, "worktree", f"creating worktree {rec.branch}", None)
-            await make_worktree(self.git, prepared, name, self.data_dir, shared_links=spec.shared_links)
-        except BaseException:
-            self._records.pop(sid, None)
-            self.router.forget(sid)
-            await self.store.delete_session(sid)
-            self.changed.emit(SessionRemoved(sid, name))
-            raise
+        return sid
+
+    async def _build_worktree(self, sid: str, prepared: PreparedRepo) -> None:
+        rec = self._records[sid]
+        self._progress(sid, "worktree", f"creating worktree {rec.branch}", None)
+        await make_worktree(self.git, prepared, rec.name, self.data_dir,
+                            shared_links=rec.spec.shared_links)
         self._progress(sid, "worktree", "ready", 1.0)
         self._set_state(sid, S.READY, "worktree created")
-        return sid
 
     async def duplicate(self, session_id: str, count: int = 1, *, start: bool = False) -> list[SessionSummary]:
         """New sessions with the same task, repository, base and settings."""
@@ -360,6 +364,15 @@ class Fleet(SessionDriver):
         await self.store.delete_session(session_id)
         self.changed.emit(SessionRemoved(session_id, rec.name))
         self._update_settled()
+
+    async def remove_many(self, session_ids: Sequence[str], *, keep_worktree: bool = False) -> None:
+        """Remove several sessions at once (their folders are deleted in parallel)."""
+        results = await asyncio.gather(
+            *(self.remove(sid, keep_worktree=keep_worktree) for sid in session_ids), return_exceptions=True
+        )
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            raise failures[0]
 
     async def _undo_worktree(self, rec: SessionRecord) -> None:
         if not rec.worktree_path:

@@ -145,14 +145,17 @@ async def remove_worktree(
         return
     common = await git.run(["rev-parse", "--path-format=absolute", "--git-common-dir"],
                            cwd=repo_path, check=False)
+    # Delete the files first, outside the repository lock (so removals run in parallel),
+    # then let git forget the worktrees whose folders are gone.
+    if worktree_path.exists():
+        await git.blocking(_rmtree_writable, worktree_path)
     async with git.repo_lock(common.stdout.strip() or repo_path):
-        res = await git.run(["worktree", "remove", "--force", "--force", str(worktree_path)],
-                            cwd=repo_path, check=False)
-        if not res.ok:
-            log.debug("worktree remove %s: %s", worktree_path, res.stderr.strip())
-        if worktree_path.exists():
-            await git.blocking(_rmtree_writable, worktree_path)
         await git.run(["worktree", "prune"], cwd=repo_path, check=False)
+        if any(_norm(t.path) == _norm(worktree_path) for t in await list_worktrees(git, repo_path)):
+            res = await git.run(["worktree", "remove", "--force", "--force", str(worktree_path)],
+                                cwd=repo_path, check=False)  # a locked worktree
+            if not res.ok:
+                log.warning("git keeps worktree %s: %s", worktree_path, res.stderr.strip())
     if branch:
         await _with_lock_retry_quiet(git, ["branch", "-D", branch], repo_path)
     for prefix in private_ref_prefixes:
