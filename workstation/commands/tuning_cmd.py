@@ -405,7 +405,8 @@ def _tune(args: argparse.Namespace) -> int:
                               help_flags=help_flags, candidates=cands, budget_s=args.budget_s,
                               repeats=args.repeats, store=store, slo=slo, log_dir=store.runs_dir / run_name)
             tuner.progress.connect(_say)
-            tuner.step_done.connect(lambda step: _say(TABLE_HEAD + "\n" + step.table_row()))
+            tuner.step_done.connect(lambda step: _say(step.table_row()))
+            _say(TABLE_HEAD)
             report = await tuner.run()
         for line in report.table():
             print(line)
