@@ -9,6 +9,7 @@ their own factory to drive the fleet deterministically.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
@@ -85,31 +86,58 @@ def meta_of(agent: object) -> dict[str, Any] | None:
     return {k: data[k] for k in META_KEYS if k in data}
 
 
-def real_agent_factory(
-    http: httpx.AsyncClient,
-    *,
-    context_window_tokens: int | None = None,
-    overrides: dict[str, Any] | None = None,
-) -> AgentFactory:
+class real_agent_factory:  # noqa: N801 - used like a function: real_agent_factory(http)
     """Sessions run ``workstation.agent.Agent`` over the shared HTTP client.
 
     ``context_window_tokens``: the model's context length; None asks each endpoint once
     (vLLM reports ``max_model_len``). ``overrides``: further ``AgentConfig`` fields.
+    Before the first agent on an endpoint (and again after the endpoint came back from a
+    restart, :meth:`endpoint_back`) the shared system prompt and tools are computed once
+    (``prime_prefix_cache``), so 32 sessions starting together hit the prefix cache instead
+    of all computing the same prefix in one scheduler step.
     """
-    from workstation.agent import Agent, AgentConfig, AgentSnapshot
-    from workstation.agent.model_info import fetch_context_window
-    from workstation.core.agent_events import AgentMode, ToolProtocol
-    from workstation.core.approvals import ApprovalPolicy
-    from workstation.engine.chat_client import ChatClient
 
-    windows: dict[str, int] = {}
+    def __init__(self, http: httpx.AsyncClient, *, context_window_tokens: int | None = None,
+                 overrides: dict[str, Any] | None = None, prime: bool = True) -> None:
+        self.http = http
+        self.context_window_tokens = context_window_tokens
+        self.overrides = dict(overrides or {})
+        self.prime = prime
+        self._windows: dict[str, int] = {}
+        self._primed: dict[str, asyncio.Task[None]] = {}
 
-    async def make(setup: AgentSetup) -> AgentHandle:
+    def endpoint_back(self, name: str) -> None:
+        """The endpoint restarted: its caches are empty (prime again, ask its window again)."""
+        self._primed.pop(name, None)
+        self._windows.pop(name, None)
+
+    async def _prime_once(self, endpoint: Endpoint, config: Any) -> None:
+        from workstation.agent.protocols import choose_protocol, prime_prefix_cache
+        from workstation.engine.chat_client import ChatClient
+
+        task = self._primed.get(endpoint.name)
+        if task is None:
+            protocol, _ = choose_protocol(config.protocol, endpoint, config.weak_model_patterns)
+            client = ChatClient(self.http, endpoint)
+
+            async def prime() -> None:
+                await prime_prefix_cache(client, protocol)
+
+            task = self._primed[endpoint.name] = asyncio.create_task(prime(), name=f"fleet-prime-{endpoint.name}")
+        await asyncio.shield(task)
+
+    async def __call__(self, setup: AgentSetup) -> AgentHandle:
+        from workstation.agent import Agent, AgentConfig, AgentSnapshot
+        from workstation.agent.model_info import fetch_context_window
+        from workstation.core.agent_events import AgentMode, ToolProtocol
+        from workstation.core.approvals import ApprovalPolicy
+        from workstation.engine.chat_client import ChatClient
+
         spec = setup.spec
-        window = context_window_tokens or windows.get(setup.endpoint.name)
+        window = self.context_window_tokens or self._windows.get(setup.endpoint.name)
         if window is None:
-            window = await fetch_context_window(http, setup.endpoint) or 8192
-            windows[setup.endpoint.name] = window
+            window = await fetch_context_window(self.http, setup.endpoint) or 8192
+            self._windows[setup.endpoint.name] = window
         try:
             policy = ApprovalPolicy.parse(spec.auto_approve or ("read",))
         except ValueError as exc:
@@ -120,8 +148,10 @@ def real_agent_factory(
         )
         if spec.max_steps is not None:
             fields["max_turns"] = spec.max_steps
-        fields.update(overrides or {})
+        fields.update(self.overrides)
         config = AgentConfig(**fields)
+        if self.prime:
+            await self._prime_once(setup.endpoint, config)
         snapshot = None
         if setup.history:
             meta = setup.agent_meta
@@ -138,12 +168,10 @@ def real_agent_factory(
                 commands_run=list(meta.get("commands_run") or ()),
             )
         agent = Agent(
-            setup.session_id, setup.root, setup.task, ChatClient(http, setup.endpoint), config,
+            setup.session_id, setup.root, setup.task, ChatClient(self.http, setup.endpoint), config,
             on_event=setup.on_event, approver=setup.approver,
             generation_slot=setup.generation_slot, snapshot=snapshot,
         )
         if setup.user_message:
             agent.reply(setup.user_message)
         return agent
-
-    return make

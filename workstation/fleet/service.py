@@ -512,6 +512,9 @@ class Fleet(SessionDriver):
 
     def _on_endpoint_back(self, endpoint: Endpoint) -> None:
         self.changed.emit(EndpointAvailabilityChanged(endpoint.name, True, "answering again"))
+        back = getattr(self._factory, "endpoint_back", None)
+        if callable(back):
+            back(endpoint.name)
         if self._closing:
             return
         for rec in list(self._records.values()):

@@ -1,0 +1,193 @@
+"""A fleet of coding agents on a real engine: aggregate generated tok/s and prefix-cache hits.
+
+N sessions (default 32), each in its own worktree of one small repository, each with its own
+small task, run to the end at once through the fleet (cap: all generate together). Reports
+the tokens generated per second of wall time (from the streams' usage and from the engine's
+``vllm:generation_tokens_total``), the prefix-cache hit rate over the run (deltas of
+``vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total``), tool calls per session,
+and the app's memory. Ends with one JSON line.
+
+    python benchmarks/fleet_run.py --endpoint URL --api-key KEY --model NAME [--sessions 32]
+    python benchmarks/fleet_run.py                      # starts the managed engine (SmolLM2)
+
+On a shared engine other clients' traffic lands in the same counters: the run reports the
+engine's running requests before it starts so a busy engine shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workstation.config import load_settings  # noqa: E402
+from workstation.core import agent_events as ev  # noqa: E402
+from workstation.core.endpoints import Endpoint  # noqa: E402
+from workstation.core.session_state import SessionState  # noqa: E402
+from workstation.engine.acquire import engine_endpoint, external_endpoint  # noqa: E402
+from workstation.engine.http import make_http_client  # noqa: E402
+from workstation.fleet import Fleet, SessionSpec, real_agent_factory  # noqa: E402
+from workstation.telemetry.vllm_metrics import parse_metrics  # noqa: E402
+
+GIT_ENV = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@example.invalid",
+           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
+
+FILES = {
+    "README.md": "# calc\n\nA tiny calculator library.\n",
+    "calc.py": "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n",
+    "strings.py": "def shout(s):\n    return s.upper() + '!'\n",
+    "test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
+}
+TASKS = [
+    "Read calc.py, then add a function sub(a, b) that returns a - b to calc.py.",
+    "Read strings.py, then add a function whisper(s) that returns s.lower() to strings.py.",
+    "Read README.md, then write a file NOTES.md with one line describing calc.py.",
+    "Read calc.py, then write a file test_mul.py that tests mul(2, 3) == 6.",
+]
+
+
+def make_repo(root: Path) -> None:
+    import os
+
+    root.mkdir(parents=True)
+    env = {**os.environ, **GIT_ENV}
+    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True, env=env)
+    for name, text in FILES.items():
+        (root / name).write_text(text)
+    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True, env=env)
+    subprocess.run(["git", "-C", str(root), "commit", "-qm", "initial"], check=True, env=env)
+
+
+async def scrape(http, endpoint: Endpoint):  # type: ignore[no-untyped-def]
+    try:
+        response = await http.get(endpoint.base_url.rstrip("/") + "/metrics", timeout=10)
+    except Exception:  # noqa: BLE001 - metrics are optional for external endpoints
+        return None
+    return parse_metrics(response.text) if response.status_code == 200 else None
+
+
+def delta(after, before, key: str) -> float | None:  # type: ignore[no-untyped-def]
+    if after is None or before is None:
+        return None
+    a, b = after.counter(key), before.counter(key)
+    return None if a is None or b is None else a - b
+
+
+async def run(args: argparse.Namespace, endpoint: Endpoint) -> dict:
+    work = Path(tempfile.mkdtemp(prefix="ws-fleet-run-"))
+    repo, data = work / "repo", work / "data"
+    make_repo(repo)
+    tool_calls: dict[str, int] = {}
+
+    def on_agent(e) -> None:  # type: ignore[no-untyped-def]
+        if isinstance(e.event, ev.ToolCallStarted):
+            tool_calls[e.session_id] = tool_calls.get(e.session_id, 0) + 1
+
+    proc = psutil.Process()
+    async with make_http_client() as http:
+        before = await scrape(http, endpoint)
+        busy = before.gauges.get("running", 0.0) if before else None
+        fleet = Fleet(data_dir=data, endpoints=[endpoint], http=http, max_generating=args.sessions,
+                      agent_factory=real_agent_factory(http))
+        fleet.agent_event.connect(on_agent)
+        await fleet.start()
+        gc.collect()
+        rss0 = proc.memory_info().rss
+        made = []
+        for i in range(args.sessions):
+            spec = SessionSpec(task=TASKS[i % len(TASKS)], repo=str(repo), name=f"s{i + 1:02d}",
+                               auto_approve=("read", "edit"), headless=True, max_steps=args.max_steps,
+                               temperature=args.temperature)
+            made += await fleet.create_sessions(spec, 1)
+        gc.collect()
+        rss_ready = proc.memory_info().rss
+        t0 = time.monotonic()
+        for s in made:
+            await fleet.start_session(s.session_id)
+        timed_out = False
+        try:
+            async with asyncio.timeout(args.timeout_s):
+                await fleet.wait_settled()
+        except TimeoutError:
+            timed_out = True
+            await fleet.pause_all()
+        wall = time.monotonic() - t0
+        gc.collect()
+        rss_end = proc.memory_info().rss
+        after = await scrape(http, endpoint)
+        rows = fleet.sessions()
+        events = [await fleet.store.count_events(s.session_id) for s in rows]
+        peak = fleet.gate.peak_generating
+        await fleet.aclose()
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    generated = sum(r.completion_tokens for r in rows)
+    hits, queries = delta(after, before, "prefix_cache_hits"), delta(after, before, "prefix_cache_queries")
+    engine_gen = delta(after, before, "generation_tokens")
+    states: dict[str, int] = {}
+    for r in rows:
+        states[r.state.value] = states.get(r.state.value, 0) + 1
+    calls = [tool_calls.get(r.session_id, 0) for r in rows]
+    return {
+        "sessions": len(rows),
+        "wall_s": round(wall, 1),
+        "generated_tokens": generated,
+        "generated_tok_s": round(generated / wall, 1),
+        "engine_generated_tok_s": round(engine_gen / wall, 1) if engine_gen is not None else None,
+        "prompt_tokens": sum(r.prompt_tokens for r in rows),
+        "prefix_hit_rate": round(hits / queries, 4) if hits is not None and queries else None,
+        "tool_calls_min": min(calls),
+        "tool_calls_mean": round(sum(calls) / len(calls), 1),
+        "sessions_with_3_tool_calls": sum(1 for c in calls if c >= 3),
+        "states": states,
+        "done": sum(1 for r in rows if r.state is SessionState.DONE),
+        "peak_generating": peak,
+        "engine_running_before": busy,
+        "timed_out": timed_out,
+        "rss_mb_end": round(rss_end / 1e6, 1),
+        "mem_kb_per_idle_session": round((rss_ready - rss0) / len(rows) / 1024, 1),
+        "mem_kb_per_session_after_run": round((rss_end - rss0) / len(rows) / 1024, 1),
+        "events_stored_per_session": round(sum(events) / len(events), 1),
+        "model": endpoint.model,
+    }
+
+
+async def main(args: argparse.Namespace) -> dict:
+    if args.endpoint:
+        endpoint = await external_endpoint(args.endpoint, args.api_key, args.model)
+        return await run(args, endpoint)
+    settings = load_settings()
+    async with engine_endpoint(settings, model=args.model or "smollm2",
+                               progress=lambda m: print(f"engine: {m}", file=sys.stderr)) as endpoint:
+        return await run(args, endpoint)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=32)
+    parser.add_argument("--max-steps", type=int, default=8, help="model turns per session")
+    parser.add_argument("--temperature", type=float, default=None)
+    parser.add_argument("--timeout-s", type=float, default=1800)
+    parser.add_argument("--endpoint", help="OpenAI-compatible endpoint (default: start the managed engine)")
+    parser.add_argument("--api-key", default="")
+    parser.add_argument("--model")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    result = asyncio.run(main(parser.parse_args()))
+    width = max(len(k) for k in result)
+    for key, value in result.items():
+        print(f"{key:<{width}}  {value}")
+    print(json.dumps(result))
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
