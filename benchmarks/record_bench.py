@@ -165,7 +165,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> list[dict]:
     from workstation.ui.main_window import MainWindow
     from workstation.ui.theme import apply_theme
 
-    deadline_s = args.warmup + args.rounds * len(args.sizes) * (args.seconds + 4) + 30
+    deadline_s = 2 * (args.warmup + args.rounds * len(args.sizes) * (args.seconds + 4)) + 120
     source = subprocess.Popen(
         [sys.executable, str(UI_INGEST), "--serve", "--rate", str(args.rate), "--sessions",
          str(args.sessions), "--deadline-s", str(deadline_s), "--source-hz", "0"],
