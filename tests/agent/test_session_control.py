@@ -146,7 +146,10 @@ async def test_stop_kills_a_running_command_and_leaves_history_consistent(server
     agent.stop()
     outcome = await task
     assert outcome.status is RunStatus.STOPPED and agent.state is AgentState.STOPPED
-    await _until(lambda: not _sleepers(marker))
+    try:
+        await _until(lambda: not _sleepers(marker))
+    except AssertionError:
+        raise AssertionError(f"still running: {[(p.pid, p.info) for p in _sleepers(marker)]}") from None
     last = agent.messages[-1]
     assert last["role"] == "tool" and last["content"] == INTERRUPTED_RESULT
     assert rec.results()[-1].status == "interrupted"

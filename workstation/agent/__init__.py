@@ -61,7 +61,8 @@ The system prompt and tool definitions are constants, byte-identical in every se
 from workstation.agent.approvals import ApprovalBroker
 from workstation.agent.config import AgentConfig, ProtocolChoice
 from workstation.agent.history import AgentSnapshot
-from workstation.agent.loop import Agent, AgentOutcome, Approver, SlotFactory
+from workstation.agent.loop import Agent, Approver, SlotFactory
+from workstation.agent.outcome import AgentOutcome
 
 __all__ = [
     "Agent", "AgentConfig", "AgentOutcome", "AgentSnapshot", "ApprovalBroker", "Approver",

@@ -125,7 +125,10 @@ class CheckpointStore:
         index = tmp / "index"
         real_index = await git(self._top, "rev-parse", "--path-format=absolute", "--git-path", "index")
         if os.path.isfile(real_index):
-            shutil.copyfile(real_index, index)  # its stat cache spares rehashing every file
+            # its stat cache spares rehashing every file; copy2 keeps the index's mtime, which
+            # git's "racily clean" check needs (a file changed in the same second as the index
+            # was written, at the same size, must still be rehashed)
+            shutil.copy2(real_index, index)
         env = {"GIT_INDEX_FILE": str(index)}
         await git(self._top, "add", "-A", "--", ".", env=env)
         return await git(self._top, "write-tree", env=env)

@@ -12,7 +12,6 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,21 +23,23 @@ from workstation.agent.history import (
     AgentSnapshot, Message, estimate_tokens, message_json, messages_json, repair_history,
 )
 from workstation.agent.jail import JailError, PathJail
+from workstation.agent.outcome import STATE_AFTER, AgentOutcome, TurnFailed, protocol_of
 from workstation.agent.protocols import (
-    ReplyCalls, choose_protocol, is_context_overflow, is_tool_refusal, native_reply,
-    request_fields, step_down, system_prompt, text_reply, tool_result_message,
+    ReplyCalls, choose_protocol, is_context_overflow, is_tool_refusal, step_down, system_prompt,
+    tool_result_message,
 )
 from workstation.agent.tool_specs import (
     OPENAI_TOOLS, SPECS_BY_NAME, TOOL_NAMES, ToolArgumentError, ToolError, canonical_tool_name,
     normalize_arguments, summarize_call,
 )
 from workstation.agent.toolbox import Toolbox
-from workstation.agent.toolcalls import RawCall, ToolCallAccumulator
+from workstation.agent.toolcalls import RawCall
+from workstation.agent.turn import stream_turn, summarize
 from workstation.core import agent_events as ev
 from workstation.core.agent_events import AgentMode, AgentState, RunStatus, ToolProtocol
 from workstation.core.approvals import ApprovalDecision, ApprovalRequest, ToolCategory
 from workstation.core.errors import UserError
-from workstation.engine.chat_client import ChatClient, EngineHTTPError, EngineUnreachable, Usage
+from workstation.engine.chat_client import ChatClient, EngineHTTPError, EngineUnreachable
 
 log = logging.getLogger(__name__)
 
@@ -49,45 +50,6 @@ SlotFactory = Callable[[], AbstractAsyncContextManager[Any]]
 
 _TOOLS_TOKENS = len(message_json({"t": list(OPENAI_TOOLS)})) // 3
 _request_ids = itertools.count(1)
-
-
-@dataclass(frozen=True, slots=True)
-class AgentOutcome:
-    """Why ``run()`` returned, and what came of it."""
-
-    status: RunStatus
-    message: str
-    result: str = ""
-    """``attempt_completion``'s result (completed)."""
-    question: str = ""
-    """The question asked (needs_input after ``ask_followup_question``)."""
-    options: tuple[str, ...] = ()
-    turns: int = 0
-    """Model turns in this run."""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.status is RunStatus.COMPLETED
-
-
-class _TurnFailed(Exception):
-    pass
-
-
-def _protocol_of(history: list[Message]) -> ToolProtocol | None:
-    """The protocol a persisted history was written in, where it shows (text has its own prompt)."""
-    if history and history[0].get("role") == "system" and history[0].get("content") == system_prompt(ToolProtocol.TEXT):
-        return ToolProtocol.TEXT
-    return None
-
-
-_STATE_FOR = {
-    RunStatus.COMPLETED: AgentState.DONE, RunStatus.NEEDS_INPUT: AgentState.NEEDS_INPUT,
-    RunStatus.STOPPED: AgentState.STOPPED, RunStatus.BUDGET_EXHAUSTED: AgentState.FAILED,
-    RunStatus.FAILED: AgentState.FAILED,
-}
 
 
 class Agent:
@@ -157,7 +119,7 @@ class Agent:
             self._load(snapshot)
         elif history:
             self._load(AgentSnapshot(session_id, list(history), mode=self._mode,
-                                     protocol=_protocol_of(history)))
+                                     protocol=protocol_of(history)))
 
     # ------------------------------------------------------------------ public API
     @property
@@ -205,7 +167,7 @@ class Agent:
                 task.uncancel()
                 self._repair_tail()
                 outcome = self._outcome(RunStatus.STOPPED, "stopped by the user")
-            except _TurnFailed as exc:
+            except TurnFailed as exc:
                 outcome = self._outcome(RunStatus.FAILED, str(exc))
             except Exception as exc:  # a bug must end this session, not the app
                 log.exception("agent %s crashed", self.session_id)
@@ -214,7 +176,7 @@ class Agent:
         finally:
             self._run_task = None
             self._idle.set()
-        self._set_state(_STATE_FOR[outcome.status], outcome.message)
+        self._set_state(STATE_AFTER[outcome.status], outcome.message)
         self._emit(ev.RunFinished(self.session_id, outcome.status, outcome.message, outcome.turns,
                                   outcome.prompt_tokens, outcome.completion_tokens))
         return outcome
@@ -474,7 +436,7 @@ class Agent:
                 text, retryable = str(exc), True
             if not retryable or attempt >= cfg.max_retries:
                 self._emit(ev.ErrorOccurred(self.session_id, text, retrying=False))
-                raise _TurnFailed(text)
+                raise TurnFailed(text)
             attempt += 1
             self._emit(ev.ErrorOccurred(self.session_id, text, retrying=True))
             await asyncio.sleep(cfg.retry_backoff_s * (2 ** (attempt - 1)))
@@ -483,39 +445,13 @@ class Agent:
         assert self._protocol is not None
         turn = self._turns + 1
         sid = self.session_id
-        self._emit(ev.TurnStarted(sid, turn))
-        acc = ToolCallAccumulator()
-        parts: list[str] = []
-        finish = ""
-        usage: Usage | None = None
-        try:
-            async for delta in self.client.stream_chat(
-                self._messages, max_tokens=self._max_tokens(), temperature=self.config.temperature,
-                **request_fields(self._protocol),
-            ):
-                if delta.content:
-                    parts.append(delta.content)
-                    self._emit(ev.TextStreamed(sid, turn, delta.content))
-                if delta.reasoning:
-                    self._emit(ev.ReasoningStreamed(sid, turn, delta.reasoning))
-                if delta.tool_calls:
-                    for index, name, piece in acc.add(delta.tool_calls):
-                        self._emit(ev.ToolCallStreamed(sid, turn, index, name, piece))
-                if delta.finish_reason:
-                    finish = delta.finish_reason
-                if delta.usage is not None:
-                    usage = delta.usage
-        except BaseException:
-            self._emit(ev.TurnFinished(sid, turn, "error", "".join(parts), 0))
-            raise
-        content = "".join(parts)
-        if self._protocol is ToolProtocol.TEXT:
-            reply = text_reply(content)
-        else:
-            reply = native_reply(content, acc.finish())
+        result = await stream_turn(self.client, self._messages, self._protocol, session_id=sid, turn=turn,
+                                   max_tokens=self._max_tokens(), temperature=self.config.temperature,
+                                   emit=self._emit)
         self._turns = turn
         self._run_turns += 1
-        self._append(reply.message)
+        self._append(result.reply.message)
+        usage = result.usage
         if usage is not None:
             self._context_tokens = usage.prompt_tokens + usage.completion_tokens
             self._usage_len = len(self._messages)
@@ -524,9 +460,10 @@ class Agent:
             self._emit(ev.UsageReported(sid, turn, usage.prompt_tokens, usage.completion_tokens,
                                         usage.cached_tokens, self._context_tokens,
                                         self.config.context_window_tokens))
-        self._emit(ev.TurnFinished(sid, turn, finish or "stop", content, len(reply.calls)))
-        self._last_finish = finish
-        return reply
+        self._emit(ev.TurnFinished(sid, turn, result.finish_reason or "stop", result.content,
+                                   len(result.reply.calls)))
+        self._last_finish = result.finish_reason
+        return result.reply
 
     # ------------------------------------------------------------------ internals: a reply
     def _count_mistake(self, message: str) -> None:
@@ -701,23 +638,9 @@ class Agent:
             if trimmed != self._messages:
                 self._replace_history(trimmed)
             return
-        summary = await self._summarize(plan.head + plan.middle)
+        summary = await summarize(self.client, plan.head + plan.middle, window_tokens=cfg.context_window_tokens,
+                                  temperature=cfg.temperature, slot=self._slot() if self._slot else None)
         facts = facts_summary(self._files_read, self._files_changed, self._commands_run)
         text = "\n".join(part for part in (summary.strip(), facts) if part) or "(no summary available)"
         self._replace_history(build_condensed(plan, text))
         self._emit(ev.ContextCondensed(self.session_id, before_tokens, before_len, len(self._messages), text))
-
-    async def _summarize(self, messages: list[Message]) -> str:
-        request = [*messages, {"role": "user", "content": prompts.CONDENSE_REQUEST}]
-        if estimate_tokens(request) > self.config.context_window_tokens - 600:
-            return ""
-        parts: list[str] = []
-        try:
-            slot = self._slot() if self._slot is not None else contextlib.nullcontext()
-            async with slot:
-                async for delta in self.client.stream_chat(request, max_tokens=400, temperature=self.config.temperature):
-                    parts.append(delta.content)
-        except (EngineHTTPError, EngineUnreachable) as exc:
-            log.info("condensing without a model summary: %s", exc)
-            return ""
-        return "".join(parts)[:4_000]

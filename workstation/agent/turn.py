@@ -1,0 +1,83 @@
+"""Model calls of the loop: one streamed turn (events as it streams), and the condensing summary."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from workstation.agent.history import Message, estimate_tokens
+from workstation.agent.prompts import CONDENSE_REQUEST
+from workstation.agent.protocols import ReplyCalls, native_reply, request_fields, text_reply
+from workstation.agent.toolcalls import ToolCallAccumulator
+from workstation.core import agent_events as ev
+from workstation.core.agent_events import ToolProtocol
+from workstation.engine.chat_client import ChatClient, EngineHTTPError, EngineUnreachable, Usage
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class TurnResult:
+    reply: ReplyCalls
+    content: str
+    finish_reason: str
+    """As the server said it (``stop``, ``tool_calls``, ``length``); empty if it did not."""
+    usage: Usage | None
+
+
+async def stream_turn(
+    client: ChatClient, messages: list[Message], protocol: ToolProtocol, *, session_id: str, turn: int,
+    max_tokens: int, temperature: float | None, emit: Callable[[ev.AgentEvent], None],
+) -> TurnResult:
+    """Stream one completion, emitting text / reasoning / tool-call pieces as they come.
+
+    On any failure (engine error, cancellation) ``TurnFinished(finish_reason="error")`` is
+    emitted and the exception propagates; nothing is appended to the history here.
+    """
+    emit(ev.TurnStarted(session_id, turn))
+    acc = ToolCallAccumulator()
+    parts: list[str] = []
+    finish = ""
+    usage: Usage | None = None
+    try:
+        async for delta in client.stream_chat(messages, max_tokens=max_tokens, temperature=temperature,
+                                              **request_fields(protocol)):
+            if delta.content:
+                parts.append(delta.content)
+                emit(ev.TextStreamed(session_id, turn, delta.content))
+            if delta.reasoning:
+                emit(ev.ReasoningStreamed(session_id, turn, delta.reasoning))
+            if delta.tool_calls:
+                for index, name, piece in acc.add(delta.tool_calls):
+                    emit(ev.ToolCallStreamed(session_id, turn, index, name, piece))
+            if delta.finish_reason:
+                finish = delta.finish_reason
+            if delta.usage is not None:
+                usage = delta.usage
+    except BaseException:
+        emit(ev.TurnFinished(session_id, turn, "error", "".join(parts), 0))
+        raise
+    content = "".join(parts)
+    reply = text_reply(content) if protocol is ToolProtocol.TEXT else native_reply(content, acc.finish())
+    return TurnResult(reply, content, finish, usage)
+
+
+async def summarize(
+    client: ChatClient, messages: list[Message], *, window_tokens: int, temperature: float | None,
+    slot: contextlib.AbstractAsyncContextManager | None = None,
+) -> str:
+    """The model's summary of ``messages`` (no tools); empty when it cannot be had."""
+    request = [*messages, {"role": "user", "content": CONDENSE_REQUEST}]
+    if estimate_tokens(request) > window_tokens - 600:
+        return ""
+    parts: list[str] = []
+    try:
+        async with slot or contextlib.nullcontext():
+            async for delta in client.stream_chat(request, max_tokens=400, temperature=temperature):
+                parts.append(delta.content)
+    except (EngineHTTPError, EngineUnreachable) as exc:
+        log.info("condensing without a model summary: %s", exc)
+        return ""
+    return "".join(parts)[:4_000]
