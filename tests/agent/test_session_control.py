@@ -304,3 +304,32 @@ async def test_condensing_falls_back_when_the_summary_fails(make_agent) -> None:
         agent, rec = make_agent(srv, context_window_tokens=8192, keep_recent_exchanges=1)
         assert (await agent.run()).ok
     assert "Files read: app.py" in rec.of(ev.ContextCondensed)[0].summary
+
+
+async def test_fleet_style_resume_from_messages_with_an_answer(server: ScriptedServer, make_agent) -> None:
+    """The fleet rebuilds the history from MessageAppended events and passes the user's answer."""
+    import orjson
+
+    server.push(call("ask_followup_question", question="Which name?"))
+    first, rec = make_agent(server)
+    assert (await first.run()).status is RunStatus.NEEDS_INPUT
+    history = [orjson.loads(e.message_json) for e in rec.of(ev.MessageAppended)]
+    server.push(DONE)
+    resumed, rec2 = make_agent(server, history=history)
+    resumed.reply("call it Bob")
+    assert (await resumed.run()).ok
+    sent = server.requests[-1]["messages"]
+    assert sent[: len(history)] == history
+    assert sent[len(history)] == {"role": "tool", "tool_call_id": history[-1]["tool_calls"][0]["id"],
+                                  "content": "<answer>\ncall it Bob\n</answer>"}
+    assert [e.index for e in rec2.of(ev.MessageAppended)][0] == len(history)
+
+
+async def test_reply_before_the_first_run_follows_the_task(server: ScriptedServer, make_agent) -> None:
+    server.push(DONE)
+    agent, _ = make_agent(server)
+    agent.reply("also keep it short")
+    assert (await agent.run()).ok
+    roles = [m["role"] for m in server.requests[0]["messages"]]
+    assert roles == ["system", "user", "user"]
+    assert "also keep it short" in server.requests[0]["messages"][2]["content"]

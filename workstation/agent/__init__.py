@@ -18,8 +18,10 @@ API in one page (for the fleet, the UI and the CLI)
         on_event=callback,                     # sync, called on the loop thread, never raises into the agent
         approver=broker.request,               # async (ApprovalRequest) -> ApprovalDecision; None = headless
         generation_slot=fleet_slot,            # optional: () -> async CM held around each model turn
-        snapshot=AgentSnapshot.from_json(s),   # optional: resume from persisted state
+        snapshot=AgentSnapshot.from_json(s),   # optional: resume from persisted state, or
+        history=messages,                      #   from the bare message list (MessageAppended events)
     )
+    agent.reply(user_message)                  # optional: an answer / follow-up before (re)starting
     outcome = await agent.run()                # AgentOutcome(status: RunStatus, message, result, question…)
 
 ``run()`` returns when the agent
@@ -51,6 +53,9 @@ questions, mistakes, checkpoints, condensing, errors, completion, ``RunFinished`
 Approvals: ``ApprovalBroker`` keeps pending requests as futures; the UI calls
 ``broker.resolve(request_id, ApprovalDecision.approve() | .deny(feedback) | .edit(args))``.
 Without an approver, actions that need approval are refused with feedback to the model.
+
+Sessions that start together: ``await protocols.prime_prefix_cache(client, protocol)`` once
+per endpoint makes the engine compute the shared system prompt + tools before they race.
 
 Protocols (``protocols.py``): native tool calls (with recovery of ``<tool_call>`` text),
 tool-only (``tool_choice: "required"``, for weak models such as SmolLM2) and an XML text
