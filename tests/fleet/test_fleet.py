@@ -283,3 +283,39 @@ async def test_agent_events_are_numbered_like_the_store(tmp_path: Path, git_repo
     assert live_stored == stored
     assert len(await fleet.store.list_checkpoints(s.session_id)) == 2
     await fleet.aclose()
+
+
+async def test_clone_once_and_shared_readonly_links(tmp_path: Path, git_repo: Path,
+                                                    mock_http: httpx.AsyncClient) -> None:
+    cache = git_repo / ".cache" / "models"
+    cache.mkdir(parents=True)
+    (cache / "weights.bin").write_text("w")
+    (git_repo / ".gitignore").write_text(".cache/\n.venv/\n")
+    git(git_repo, "add", ".gitignore")
+    git(git_repo, "commit", "-qm", "ignore caches")
+    fleet = make_fleet(tmp_path / "data", mock_http, Script())
+    progress: list[str] = []
+    fleet.changed.connect(lambda e: progress.append(e.phase) if type(e).__name__ == "AttachProgress" else None)
+    await fleet.start()
+    a = await fleet.create_sessions(SessionSpec(task="t", repo=str(git_repo), clone=True), 2)
+    b = await fleet.create_sessions(SessionSpec(task="t", repo=str(git_repo), clone=True), 1)
+    assert {s.repo_path for s in a + b} == {a[0].repo_path} != {str(git_repo)}  # one clone, reused
+    assert "clone" in progress and "worktree" in progress
+    # a writable cache is refused (never a writable environment shared between sessions)
+    (git_repo / ".venv").mkdir()
+    with pytest.raises(UserError, match="writable"):
+        await fleet.create_sessions(SessionSpec(task="t", repo=str(git_repo), name="venv",
+                                                shared_links=(".venv",)), 1)
+    for p in [cache, *cache.rglob("*")]:
+        p.chmod(p.stat().st_mode & ~0o222)
+    try:
+        (s,) = await fleet.create_sessions(SessionSpec(task="t", repo=str(git_repo), name="linked",
+                                                       shared_links=(".cache/models",)), 1)
+        link = Path(s.worktree_path) / ".cache" / "models"
+        assert link.is_symlink() and (link / "weights.bin").read_text() == "w"
+        assert [f.path for f in (await fleet.diff(s.session_id)).files] == []
+    finally:
+        for p in [cache, *cache.rglob("*")]:
+            p.chmod(p.stat().st_mode | 0o200)
+    assert "ws/venv" not in git(git_repo, "branch", "--format=%(refname:short)").split()
+    await fleet.aclose()

@@ -117,3 +117,53 @@ async def test_unreachable_endpoint_is_engine_wait_not_failure(tmp_path: Path, g
         assert fleet.summary(s.session_id).state is S.DONE
         await fleet.aclose()
     await server.aclose()
+
+
+async def test_32_real_agents_one_repo_and_cap_4_of_10(tmp_path: Path, git_repo: Path) -> None:
+    """The issue's two fleet shapes with the real agent: 32 sessions on one repository (32
+    worktrees and branches, each with only its own note), then 10 sessions under a cap of 4."""
+    async with ScriptedServer(responder=make_responder(delay_s=0.002)) as server, make_http_client() as http:
+        fleet = Fleet(data_dir=tmp_path / "data", endpoints=[server.endpoint],
+                      agent_factory=real_agent_factory(http), http=http, max_generating=32)
+        await fleet.start()
+        for i in range(32):
+            await fleet.create_sessions(spec(git_repo, f"t{i:02d}"), 1, start=True)
+        await asyncio.wait_for(fleet.wait_settled(), 300)
+        rows = fleet.sessions()
+        assert len({r.worktree_path for r in rows}) == 32 and len({r.branch for r in rows}) == 32
+        for r in rows:
+            assert r.state is S.DONE, (r.name, r.error)
+            assert (Path(r.worktree_path) / "note.txt").read_text() == r.name.removeprefix("s-") + "\n"
+        await fleet.remove_many([r.session_id for r in rows])
+        fleet.set_max_generating(4)
+        fleet.gate.reset_peak()
+        for i in range(10):
+            await fleet.create_sessions(spec(git_repo, f"q{i}"), 1, start=True)
+        await asyncio.wait_for(fleet.wait_settled(), 300)
+        assert all(r.state is S.DONE for r in fleet.sessions())
+        assert fleet.gate.peak_generating == 4
+        await fleet.aclose()
+
+
+async def test_restore_checkpoint_and_mode(tmp_path: Path, git_repo: Path) -> None:
+    async with ScriptedServer(responder=make_responder()) as server, make_http_client() as http:
+        fleet = Fleet(data_dir=tmp_path / "data", endpoints=[server.endpoint],
+                      agent_factory=real_agent_factory(http), http=http)
+        await fleet.start()
+        (s,) = await fleet.create_sessions(spec(git_repo, "cp"), 1, start=True)
+        await asyncio.wait_for(fleet.wait_settled(), 60)
+        cps = await fleet.checkpoints(s.session_id)
+        assert cps, "checkpoints are recorded in the store"
+        assert [c.label for c in cps][:2] == ["session start", "write_to_file note.txt"]
+        note = Path(s.worktree_path) / "note.txt"
+        assert note.exists()
+        before = len(await fleet._history(s.session_id))
+        await fleet.restore_checkpoint(s.session_id, cps[0].commit_sha)
+        assert not note.exists()  # files back to before the session wrote anything
+        assert len(await fleet._history(s.session_id)) < before  # and the conversation too
+        events = await fleet.transcript(s.session_id)
+        assert any(type(e).__name__ == "CheckpointRestored" for _, e in events)
+        await fleet.set_mode(s.session_id, "plan")
+        assert fleet.record(s.session_id).spec.mode == "plan"
+        assert await fleet.disk_usage(s.session_id) > 0
+        await fleet.aclose()

@@ -45,6 +45,10 @@ class GenerationGate:
     def waiting(self) -> int:
         return len(self._queue.waiting)
 
+    def reset_peak(self) -> None:
+        """Start measuring ``peak_generating`` afresh (e.g. for a new run)."""
+        self.peak_generating = self.generating
+
     def set_cap(self, cap: int) -> None:
         self._wake(self._queue.set_cap(cap))
         self._changed()

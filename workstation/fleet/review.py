@@ -85,8 +85,19 @@ class MergeConflict(UserError):
         self.paths = tuple(paths)
 
 
-def _pathspec(ws: Workspace) -> list[str]:
-    return ["--", ".", *(f":(exclude){link}" for link in ws.shared_links)]
+async def _unignored_links(git: GitRunner, ws: Workspace) -> list[str]:
+    """Shared links git would pick up (links inside ignored folders need no exclusion, and
+    naming an ignored path makes ``git add`` fail)."""
+    out = []
+    for link in ws.shared_links:
+        ignored = await git.run(["check-ignore", "-q", "--no-index", link], cwd=ws.worktree_path, check=False)
+        if not ignored.ok:
+            out.append(link)
+    return out
+
+
+async def _pathspec(git: GitRunner, ws: Workspace) -> list[str]:
+    return ["--", ".", *(f":(exclude){link}" for link in await _unignored_links(git, ws))]
 
 
 async def _merge_base(git: GitRunner, ws: Workspace) -> str:
@@ -110,7 +121,8 @@ async def diff_against_base(git: GitRunner, ws: Workspace) -> SessionDiff:
         env = {"GIT_INDEX_FILE": str(tmp_index)}
         if not real_index.exists():
             await git.run(["read-tree", "HEAD"], cwd=ws.worktree_path, env=env)
-        await git.run(["add", "-A", *_pathspec(ws)], cwd=ws.worktree_path, env=env, timeout_s=600)
+        await git.run(["add", "-A", *await _pathspec(git, ws)], cwd=ws.worktree_path, env=env,
+                      timeout_s=600)
         common = ["diff", "--cached", "--no-renames", "--no-ext-diff", base]
         numstat = await git.out([*common, "--numstat", "-z"], cwd=ws.worktree_path, env=env)
         status = await git.out([*common, "--name-status", "-z"], cwd=ws.worktree_path, env=env)
@@ -139,7 +151,7 @@ async def commit_session(git: GitRunner, ws: Workspace, message: str) -> Integra
     _require_worktree(ws)
     if not message.strip():
         raise UserError("a commit needs a message")
-    await _retry_lock(git, ["add", "-A", *_pathspec(ws)], ws.worktree_path)
+    await _retry_lock(git, ["add", "-A", *await _pathspec(git, ws)], ws.worktree_path)
     staged = await git.run(["diff", "--cached", "--quiet"], cwd=ws.worktree_path, check=False)
     if staged.ok:
         raise UserError(f"nothing to commit: {ws.branch} has no changes since its last commit")
@@ -157,7 +169,7 @@ async def integrate(git: GitRunner, ws: Workspace, *, rebase: bool = False,
     integrate, would conflict, or the base's checkout has uncommitted changes.
     """
     _require_worktree(ws)
-    dirty = await _dirty(git, ws.worktree_path, untracked=True, exclude=ws.shared_links)
+    dirty = await _dirty(git, ws.worktree_path, untracked=True, exclude=await _unignored_links(git, ws))
     if dirty:
         raise UserError(
             f"{ws.branch} has uncommitted changes ({len(dirty)} file(s), e.g. {dirty[0]})",

@@ -26,9 +26,7 @@ from workstation.core.fleet_events import (
     EndpointAvailabilityChanged,
     GenerationSlotsChanged,
     OrphanWorktree,
-    OrphanWorktreesFound,
     SessionCreated,
-    SessionIntegrated,
     SessionRemoved,
     SessionStateChanged,
     SessionSummary,
@@ -39,7 +37,6 @@ from workstation.core.session_state import (
     check_transition,
     state_after_restart,
 )
-from workstation.fleet import review
 from workstation.fleet.agent_bridge import AgentFactory
 from workstation.fleet.driver import SessionDriver
 from workstation.fleet.engine_watch import EndpointWatcher
@@ -55,14 +52,15 @@ from workstation.fleet.repos import inspect_repository, slug_from_task, validate
 from workstation.fleet.routing import Router
 from workstation.fleet.session import SessionRecord, SessionSpec
 from workstation.fleet.store import Store
-from workstation.fleet.worktrees import find_orphans, remove_orphan, remove_worktree, worktrees_root
+from workstation.fleet.workspace_ops import WorkspaceOps
+from workstation.fleet.worktrees import remove_worktree, worktrees_root
 
 log = logging.getLogger(__name__)
 
 MAX_SESSIONS_PER_CREATE = 512
 
 
-class Fleet(SessionDriver):
+class Fleet(SessionDriver, WorkspaceOps):
     """Sessions: create, start, pause, resume, stop, remove, duplicate; review; resume after
     restart. ``await start()`` first, ``await aclose()`` last."""
 
@@ -391,73 +389,6 @@ class Fleet(SessionDriver):
             self._update_settled()
             if self._settled.is_set():
                 return
-
-    # ================= review =================
-    def _workspace(self, session_id: str) -> review.Workspace:
-        rec = self._rec(session_id)
-        return review.Workspace(Path(rec.repo_path), Path(rec.worktree_path), rec.branch,
-                                rec.base_branch, rec.start_commit, rec.spec.shared_links)
-
-    async def diff(self, session_id: str) -> review.SessionDiff:
-        return await review.diff_against_base(self.git, self._workspace(session_id))
-
-    async def commit(self, session_id: str, message: str) -> review.IntegrateResult:
-        return await self._integrating(session_id, "commit",
-                                       review.commit_session(self.git, self._workspace(session_id), message))
-
-    async def integrate(self, session_id: str, *, rebase: bool = False, message: str | None = None
-                        ) -> review.IntegrateResult:
-        rec = self._rec(session_id)
-        if rec.state.is_active:
-            raise UserError(f"{rec.name} is still working; pause or stop it before merging")
-        return await self._integrating(
-            session_id, "rebase" if rebase else "merge",
-            review.integrate(self.git, self._workspace(session_id), rebase=rebase, message=message))
-
-    async def discard(self, session_id: str, *, keep_commits: bool = False) -> review.IntegrateResult:
-        rec = self._rec(session_id)
-        if rec.state.is_active:
-            raise UserError(f"{rec.name} is still working; pause or stop it before discarding")
-        return await self._integrating(
-            session_id, "discard",
-            review.discard_changes(self.git, self._workspace(session_id), keep_commits=keep_commits))
-
-    async def _integrating(self, session_id: str, action: str, op) -> review.IntegrateResult:  # type: ignore[no-untyped-def]
-        try:
-            result = await op
-        except review.MergeConflict as exc:
-            self.changed.emit(SessionIntegrated(session_id, action, False, str(exc), exc.paths))
-            raise
-        except UserError as exc:
-            self.changed.emit(SessionIntegrated(session_id, action, False, str(exc)))
-            raise
-        self.changed.emit(SessionIntegrated(session_id, action, True, result.message))
-        return result
-
-    # ================= orphans =================
-    async def scan_orphans(self) -> tuple[OrphanWorktree, ...]:
-        repos = {Path(p) for p in await self.store.known_repos()}
-        repos |= {Path(r.repo_path) for r in self._records.values() if r.repo_path}
-        owned = [Path(r.worktree_path) for r in self._records.values() if r.worktree_path]
-        found = await find_orphans(self.git, sorted(repos), owned,
-                                   fleet_root=self.data_dir / "worktrees")
-        self.orphans = tuple(found)
-        if found:
-            self.changed.emit(OrphanWorktreesFound(self.orphans))
-        return self.orphans
-
-    async def remove_orphans(self, orphans: Sequence[OrphanWorktree] | None = None) -> int:
-        targets = list(self.orphans if orphans is None else orphans)
-        owned = {r.worktree_path for r in self._records.values()}
-        done = 0
-        for orphan in targets:
-            if orphan.worktree_path in owned:
-                continue
-            self._progress(orphan.worktree_path, "cleanup", f"removing {orphan.worktree_path}", None)
-            await remove_orphan(self.git, orphan)
-            done += 1
-        self.orphans = tuple(o for o in self.orphans if o not in targets)
-        return done
 
     # ================= state =================
     def _set_state(self, session_id: str, new: S, reason: str = "", *, force: bool = False) -> bool:
