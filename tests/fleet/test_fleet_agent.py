@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tests.fleet.agent_script import STEPS, make_responder
 from tests.helpers.scripted_server import ScriptedServer
+from workstation.core.fleet_events import GenerationSlotsChanged
 from workstation.core.session_state import SessionState as S
 from workstation.engine.http import make_http_client
 from workstation.fleet import Fleet, SessionSpec, real_agent_factory
@@ -137,11 +138,17 @@ async def test_32_real_agents_one_repo_and_cap_4_of_10(tmp_path: Path, git_repo:
         await fleet.remove_many([r.session_id for r in rows])
         fleet.set_max_generating(4)
         fleet.gate.reset_peak()
+        slots: list[GenerationSlotsChanged] = []
+        fleet.changed.connect(lambda e: slots.append(e) if isinstance(e, GenerationSlotsChanged) else None)
+        made = []
         for i in range(10):
-            await fleet.create_sessions(spec(git_repo, f"q{i}"), 1, start=True)
+            made += await fleet.create_sessions(spec(git_repo, f"q{i}"), 1)
+        for s in made:
+            await fleet.start_session(s.session_id)
         await asyncio.wait_for(fleet.wait_settled(), 300)
         assert all(r.state is S.DONE for r in fleet.sessions())
-        assert fleet.gate.peak_generating == 4
+        assert fleet.gate.peak_generating <= 4 and max(e.generating for e in slots) <= 4
+        assert max(e.waiting for e in slots) > 0  # the rest waited in the queue
         await fleet.aclose()
 
 
