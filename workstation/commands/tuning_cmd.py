@@ -83,6 +83,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tune.add_argument("--repeats", type=int, default=3, help="runs per measurement (at least 3)")
     _workload_args(tune, duration=8.0, warmup=4.0)
     tune.add_argument("--kv-cache-gib", type=float, default=None, help="KV cache of the baseline (CPU; default 1)")
+    tune.add_argument("--spare-gpu", action="store_true",
+                      help="run the trial engines on a GPU nothing else uses (CUDA_VISIBLE_DEVICES)")
+    tune.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                      help="environment for the trial engines (e.g. CUDA_VISIBLE_DEVICES=1)")
     tune.add_argument("--json", action="store_true", help="end with one JSON line: steps and noise_pct")
     tune.set_defaults(func=_tune)
 
@@ -184,18 +188,13 @@ def _profiles_save(args: argparse.Namespace) -> int:
 
     from workstation.core.profiles import Profile
 
-    env = []
-    for item in args.env:
-        key, eq, value = item.partition("=")
-        if not eq or not key:
-            raise UserError(f"--env takes NAME=VALUE, not {item!r}")
-        env.append((key, value))
+    env = _env_pairs(args.env)
     store = _store(_settings())
     try:
         from workstation.core.profiles import profile_from_mapping
 
         profile = profile_from_mapping({"name": args.name, "description": args.description, "parent": args.parent,
-                                        "args": shlex.split(args.args), "env": dict(env)})
+                                        "args": shlex.split(args.args), "env": env})
     except ValueError as exc:
         raise UserError(str(exc)) from None
     assert isinstance(profile, Profile)
@@ -371,6 +370,31 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- tune
+def _env_pairs(items: list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise UserError(f"--env takes NAME=VALUE, not {item!r}")
+        env[key] = value
+    return env
+
+
+async def _spare_gpu_env() -> dict[str, str]:
+    """CUDA_VISIBLE_DEVICES of a GPU the live engine and nothing else uses (unverified: no GPU here)."""
+    from workstation.tuning.placement import gpu_inventory, spare_gpu
+
+    gpus = await asyncio.to_thread(gpu_inventory)
+    if not gpus:
+        raise UserError("--spare-gpu: no GPU found")
+    # a GPU with a compute process on it (the live engine's included) is never spare
+    index = spare_gpu(gpus, set())
+    if index is None:
+        raise UserError("--spare-gpu: every GPU is in use", hint="stop the fleet's engine or run without --spare-gpu")
+    _say(f"trial engines run on spare GPU {index}")
+    return {"CUDA_VISIBLE_DEVICES": str(index)}
+
+
 def _tune(args: argparse.Namespace) -> int:
     settings = _settings()
     store = _store(settings)
@@ -396,6 +420,9 @@ def _tune(args: argparse.Namespace) -> int:
         kv = int((tsettings.engine.kv_cache_gib or 0) * (1 << 30)) or None
         cands = candidates_for(engine.platform, traits, concurrency=workload.concurrency,
                                base_args=list(baseline.args), kv_cache_bytes=kv)
+        env = _env_pairs(args.env)
+        if args.spare_gpu:
+            env.update(await _spare_gpu_env())
         run_name = f"tune-{time.strftime('%Y%m%d-%H%M%S')}"
         _say(f"autotune {model.served_name} on vLLM {engine.version} ({engine.platform}), baseline '{baseline.name}', "
              f"{workload.describe()}, budget {args.budget_s:.0f} s, {args.repeats} runs per measurement")
@@ -403,7 +430,8 @@ def _tune(args: argparse.Namespace) -> int:
         async with make_http_client() as http:
             tuner = Autotuner(tsettings, engine, model, http, baseline, workload, shape=shape, traits=traits,
                               help_flags=help_flags, candidates=cands, budget_s=args.budget_s,
-                              repeats=args.repeats, store=store, slo=slo, log_dir=store.runs_dir / run_name)
+                              repeats=args.repeats, store=store, slo=slo, log_dir=store.runs_dir / run_name,
+                              env=env)
             tuner.progress.connect(_say)
             tuner.step_done.connect(lambda step: _say(step.table_row()))
             _say(TABLE_HEAD)

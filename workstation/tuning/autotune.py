@@ -204,8 +204,11 @@ class TuneReport:
 
     def to_json(self) -> dict[str, Any]:
         best_args: list[str] = list(self.best_profile.args) if self.best_profile else []
+        measured = [s for s in self.steps if s.output_tok_s is not None]
         return {
-            "steps": [s.to_json() for s in self.steps], "noise_pct": round(self.noise_pct, 2),
+            "steps": [s.to_json() for s in measured], "noise_pct": round(self.noise_pct, 2),
+            "not_run": [{"step": s.step, "change": s.change, "note": s.note} for s in self.steps
+                        if s.output_tok_s is None],
             "baseline_tok_s": self.baseline_tok_s and round(self.baseline_tok_s, 2),
             "best_tok_s": self.best_tok_s and round(self.best_tok_s, 2),
             "best_profile": self.best_profile.name if self.best_profile else None, "best_args": best_args,

@@ -1,0 +1,46 @@
+"""The tuning verbs on the command line, on an empty data dir (no engine started)."""
+
+import json
+
+from workstation.cli import main
+
+
+def test_profiles_save_list_delete(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WORKSTATION_DATA_DIR", str(tmp_path))
+    assert main(["profiles", "save", "fast", "--from", "default", "--args", "--max-num-seqs 64",
+                 "--env", "OMP_NUM_THREADS=1", "--description", "mine"]) == 0
+    assert main(["profiles"]) == 0
+    out = capsys.readouterr().out
+    assert "fast (from default): mine  [yours]" in out and "    --max-num-seqs 64" in out
+    assert "ladder-3-flashinfer (from ladder-2-async)" in out and "[cuda only]" in out
+    assert main(["profiles", "save", "bad", "--env", "NOEQUALS"]) == 2
+    assert main(["profiles", "delete", "fast"]) == 0
+    assert main(["profiles", "delete", "fast"]) == 2
+
+
+def test_shape_bench_and_tune_without_data_say_what_to_do(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("WORKSTATION_DATA_DIR", str(tmp_path))
+    assert main(["shape", "list"]) == 0
+    assert "no captured traffic shapes yet" in capsys.readouterr().out
+    assert main(["bench", "results"]) == 0
+    assert "no results" in capsys.readouterr().out
+    assert main(["tune", "--budget-s", "60"]) == 2
+    err = capsys.readouterr().err
+    assert "no captured traffic shape yet" in err and "workstation shape capture" in err
+    assert main(["bench", "--input-len", "8"]) == 2
+    assert "both --input-len and --output-len" in capsys.readouterr().err
+    assert main(["bench", "--input-len", "8", "--output-len", "8"]) == 2
+    assert "--start" in capsys.readouterr().err
+
+
+def test_tune_report_json_line_has_the_interface_keys():
+    from workstation.tuning.autotune import TuneReport, TuneStep
+
+    report = TuneReport(steps=[TuneStep(0, "baseline (default)", 100.0, 0.0, True, (99.0, 101.0, 100.0)),
+                               TuneStep(1, "--max-num-seqs 4", 110.0, 10.0, True, (110.0, 111.0, 109.0)),
+                               TuneStep(2, "compiled graphs", None, None, False, note="skipped: needs ~200 s")],
+                        noise_pct=1.0, budget_s=600)
+    line = json.loads(json.dumps(report.to_json()))
+    assert [s["change"] for s in line["steps"]] == ["baseline (default)", "--max-num-seqs 4"]
+    assert all(set(s) >= {"change", "output_tok_s", "delta_pct", "kept"} for s in line["steps"])
+    assert line["noise_pct"] == 1.0 and line["not_run"][0]["note"].startswith("skipped")
