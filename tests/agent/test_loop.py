@@ -84,6 +84,13 @@ async def test_requests_are_append_only_with_byte_stable_prefix(server: Scripted
     assert first["messages"][1] != second["messages"][1]
 
 
+async def test_model_turns_reuse_one_connection(server: ScriptedServer, make_agent) -> None:
+    server.push(call("list_files", path="."), call("read_file", path="app.py"), DONE)
+    agent, _ = make_agent(server)
+    assert (await agent.run()).ok
+    assert len(server.requests) == 3 and server.connections == 1
+
+
 async def test_mistakes_limit_waits_for_user_then_continues(server: ScriptedServer, make_agent) -> None:
     server.push(
         Reply(tool_calls=[ToolCall("delete_everything", {})]),

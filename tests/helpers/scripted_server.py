@@ -19,6 +19,7 @@ Usage (async, on the test's event loop)::
         client = ChatClient(http, server.endpoint)   # Endpoint(base_url, api_key, model)
         ...
         server.requests          # request bodies received (dicts), in order
+        server.connections       # TCP connections accepted
         server.push(Reply(...))  # append to the script at any time
 
 Or from synchronous code (Qt tests): ``with ScriptedServer(...).in_thread() as server:``.
@@ -151,6 +152,8 @@ class ScriptedServer:
         self.responder = responder
         self.requests: list[dict[str, Any]] = []
         self.rejected: list[dict[str, Any]] = []
+        self.connections = 0
+        """TCP connections accepted (a client that reuses its connection makes one)."""
         self.port = 0
         self._server: asyncio.AbstractServer | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -228,6 +231,7 @@ class ScriptedServer:
         assert task is not None
         self._handlers.add(task)
         self._writers.add(writer)
+        self.connections += 1
         try:
             while True:
                 line = await reader.readline()

@@ -7,6 +7,8 @@ hands raw tool-call deltas upward; the agent accumulates them.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +21,9 @@ from httpx_sse import aconnect_sse
 from workstation.core.endpoints import Endpoint
 from workstation.core.errors import UserError
 from workstation.core.requests import RequestRecord
+
+DRAIN_TIMEOUT_S = 1.0
+"""How long to read on after ``[DONE]`` for the end of the response (keeps the connection)."""
 
 RequestObserver = Callable[[RequestRecord], None]
 
@@ -169,9 +174,16 @@ class ChatClient:
                         f"engine did not stream (content-type {ctype or 'missing'})",
                         status=response.status_code,
                     )
-                async for event in source.aiter_sse():
+                events = source.aiter_sse()
+                async for event in events:
                     data = event.data
                     if data == "[DONE]":
+                        # Read the response to its end so the connection goes back to the
+                        # pool; left unread, httpx closes it and the next turn connects anew.
+                        with contextlib.suppress(TimeoutError, httpx.HTTPError):
+                            async with asyncio.timeout(DRAIN_TIMEOUT_S):
+                                async for _ in events:
+                                    pass
                         return
                     if not data:
                         continue
