@@ -105,6 +105,7 @@ async def run(args: argparse.Namespace, endpoint: Endpoint) -> dict:
         await fleet.start()
         gc.collect()
         rss0 = proc.memory_info().rss
+        fds0 = proc.num_fds()
         made = []
         for i in range(args.sessions):
             spec = SessionSpec(task=TASKS[i % len(TASKS)], repo=str(repo), name=f"s{i + 1:02d}",
@@ -129,6 +130,8 @@ async def run(args: argparse.Namespace, endpoint: Endpoint) -> dict:
         after = await scrape(http, endpoint)
         rows = fleet.sessions()
         events = [await fleet.store.count_events(s.session_id) for s in rows]
+        fds_added = proc.num_fds() - fds0
+        children = len(proc.children(recursive=True))
         peak = fleet.gate.peak_generating
         await fleet.aclose()
     if not args.keep:
@@ -160,6 +163,8 @@ async def run(args: argparse.Namespace, endpoint: Endpoint) -> dict:
         "mem_kb_per_idle_session": round((rss_ready - rss0) / len(rows) / 1024, 1),
         "mem_kb_per_session_after_run": round((rss_end - rss0) / len(rows) / 1024, 1),
         "events_stored_per_session": round(sum(events) / len(events), 1),
+        "open_fds_added": fds_added,
+        "child_processes_left": children,
         "model": endpoint.model,
     }
 

@@ -47,13 +47,12 @@ _STREAMED = (ev.TextStreamed, ev.ReasoningStreamed, ev.ToolCallStreamed)
 
 
 class _Drive:
-    __slots__ = ("task", "agent", "token", "ending")
+    __slots__ = ("task", "agent", "token")
 
     def __init__(self, token: int) -> None:
         self.task: asyncio.Task[None] | None = None
         self.agent: Any = None
         self.token = token
-        self.ending = False
 
 
 class SessionDriver:
@@ -89,7 +88,6 @@ class SessionDriver:
         drive = self._drives.get(session_id)
         if drive is None or drive.task is None:
             return
-        drive.ending = True
         for (sid, _rid), (_req, fut) in list(self._approvals.items()):
             if sid == session_id and not fut.done():
                 fut.cancel()
@@ -103,7 +101,6 @@ class SessionDriver:
     async def _cancel_all_drivers(self: Fleet) -> None:
         drives = list(self._drives.items())
         for _sid, drive in drives:
-            drive.ending = True
             if drive.task is not None:
                 drive.task.cancel()
         for _sid, drive in drives:
