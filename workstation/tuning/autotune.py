@@ -43,7 +43,7 @@ from workstation.engine.models import ModelSpec
 from workstation.tuning.bench import BenchContext, managed_engine, run_workload
 from workstation.tuning.checks import ModelTraits, check_profile
 from workstation.tuning.results import BenchResult, Slo, Workload, describe_hardware
-from workstation.tuning.store import TuningStore
+from workstation.tuning.store import TuningStore, safe_name
 
 log = logging.getLogger(__name__)
 
@@ -351,7 +351,7 @@ class Autotuner:
                 self.step_done.emit(step)
                 continue
             trial = Profile(
-                name=f"{self.baseline.name}+{index}", description=cand.change,
+                name=f"{best.name}+{safe_name(cand.change)}"[:64], description=cand.change,
                 args=tuple(apply_changes(list(best.args), list(cand.args))),
                 env=tuple(sorted({**dict(best.env), **dict(cand.env)}.items())), platforms=best.platforms,
             )

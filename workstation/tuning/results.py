@@ -11,7 +11,7 @@ import os
 import platform as _platform
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 import psutil
@@ -212,7 +212,7 @@ def comparison_table(results: Sequence[BenchResult], *, baseline: BenchResult | 
     lines = [head, "-" * len(head)]
     for r in results:
         delta = 100.0 * (r.output_tok_s - base.output_tok_s) / base.output_tok_s if base.output_tok_s else 0.0
-        comparable = (r.workload == base.workload and r.model == base.model
+        comparable = (_same_load(r.workload, base.workload) and r.model == base.model
                       and r.hardware_key == base.hardware_key)
         good = "n/a" if r.goodput_pct is None else f"{r.goodput_pct:.0f}%"
         mark = "" if comparable else "  (different workload/model/hardware)"
@@ -222,3 +222,8 @@ def comparison_table(results: Sequence[BenchResult], *, baseline: BenchResult | 
             f"{r.hardware_key}{mark}"
         )
     return lines
+
+
+def _same_load(a: Workload, b: Workload) -> bool:
+    """Same workload up to its random seed and warm-up (repeats differ only in those)."""
+    return replace(a, seed=0, warmup_s=0.0) == replace(b, seed=0, warmup_s=0.0)
