@@ -37,11 +37,13 @@ class EngineSwitch:
 
     def __init__(self) -> None:
         self.up = True
+        self.dead_hosts: set[str] = set()
+        """``host:port`` that never answer (an engine that moved elsewhere)."""
 
     def handler(self, request):  # type: ignore[no-untyped-def]
         import httpx
 
-        if not self.up:
+        if not self.up or f"{request.url.host}:{request.url.port}" in self.dead_hosts:
             raise httpx.ConnectError("connection refused", request=request)
         return httpx.Response(200, json={"data": [{"id": "m"}]})
 

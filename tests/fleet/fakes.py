@@ -27,12 +27,13 @@ class Script:
     """How long a model turn holds the generation slot."""
     tool_s: float = 0.0
     tokens_per_turn: int = 5
-    engine_ok: Callable[[], bool] = lambda: True
+    engine_ok: Callable[[AgentSetup], bool] = lambda setup: True
     ask_approval_at: int | None = None
     question_at: int | None = None
     inside: list[int] = field(default_factory=lambda: [0])
     peak: list[int] = field(default_factory=lambda: [0])
     runs: list[str] = field(default_factory=list)
+    urls: list[str] = field(default_factory=list)
 
 
 class EngineDown(Exception):
@@ -59,6 +60,7 @@ class FakeAgent:
     async def run(self) -> ev.RunFinished:
         sid = self.s.session_id
         self.script.runs.append(sid)
+        self.script.urls.append(self.s.endpoint.base_url)
         if not self.messages:
             self._append({"role": "system", "content": "sys"})
             self._append({"role": "user", "content": self.s.task})
@@ -94,7 +96,7 @@ class FakeAgent:
                 self._emit(ev.AgentStateChanged(sid, ev.AgentState.WAITING_SLOT, ev.AgentState.GENERATING))
                 self._emit(ev.TurnStarted(sid, step + 1))
                 for _ in range(self.script.tokens_per_turn):
-                    if not self.script.engine_ok():
+                    if not self.script.engine_ok(self.s):
                         raise EngineDown("engine gone")
                     self._emit(ev.TextStreamed(sid, step + 1, "x"))
                     await asyncio.sleep(self.script.turn_s / max(1, self.script.tokens_per_turn))

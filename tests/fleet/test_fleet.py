@@ -129,7 +129,7 @@ async def test_restart_brings_sessions_back_and_resumes(tmp_path: Path, git_repo
 
 async def test_engine_loss_waits_then_continues(tmp_path: Path, git_repo: Path, engine_switch: EngineSwitch,
                                                 mock_http: httpx.AsyncClient) -> None:
-    script = Script(steps=3, turn_s=0.05, engine_ok=lambda: engine_switch.up)
+    script = Script(steps=3, turn_s=0.05, engine_ok=lambda setup: engine_switch.up)
     fleet = make_fleet(tmp_path / "data", mock_http, script)
     await fleet.start()
     made = await fleet.create_sessions(SessionSpec(task="t", repo=str(git_repo), headless=True), 2)
@@ -318,4 +318,32 @@ async def test_clone_once_and_shared_readonly_links(tmp_path: Path, git_repo: Pa
         for p in [cache, *cache.rglob("*")]:
             p.chmod(p.stat().st_mode | 0o200)
     assert "ws/venv" not in git(git_repo, "branch", "--format=%(refname:short)").split()
+    await fleet.aclose()
+
+
+async def test_engine_restarted_elsewhere_sessions_follow(tmp_path: Path, git_repo: Path,
+                                                          engine_switch: EngineSwitch,
+                                                          mock_http: httpx.AsyncClient) -> None:
+    """A managed engine comes back on a new port with a new key: update_endpoint moves the
+    sessions there, those waiting continue at once."""
+    old_host = "127.0.0.1:9"
+    script = Script(steps=3, turn_s=0.05,
+                    engine_ok=lambda setup: not setup.endpoint.base_url.endswith(old_host)
+                    or old_host not in engine_switch.dead_hosts)
+    fleet = make_fleet(tmp_path / "data", mock_http, script)
+    await fleet.start()
+    made = await fleet.create_sessions(SessionSpec(task="t", repo=str(git_repo), headless=True), 2)
+    engine_switch.dead_hosts.add(old_host)
+    for s in made:
+        await fleet.start_session(s.session_id)
+    for _ in range(200):
+        if all(x.state is S.ENGINE_WAIT for x in fleet.sessions()):
+            break
+        await asyncio.sleep(0.02)
+    assert all(x.state is S.ENGINE_WAIT for x in fleet.sessions())
+    moved = Endpoint(base_url="http://127.0.0.1:11", api_key="new-key", model="m", name="e1")
+    fleet.update_endpoint(moved)
+    await asyncio.wait_for(fleet.wait_settled(), 30)
+    assert all(x.state is S.DONE for x in fleet.sessions())
+    assert script.urls[-1] == "http://127.0.0.1:11"
     await fleet.aclose()

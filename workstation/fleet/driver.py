@@ -150,13 +150,19 @@ class SessionDriver:
             status, text = ev.RunStatus.FAILED, f"agent error: {type(exc).__name__}: {exc}"
         finally:
             drive.agent = None
-        if status is ev.RunStatus.FAILED and not await endpoint_alive(self.http, endpoint):
-            self._set_state(session_id, S.ENGINE_WAIT,
-                            f"engine {endpoint.name} is not answering; continues when it is back")
-            self._drives.pop(session_id, None)
-            self.watcher.watch(endpoint)
-            self._update_settled()
-            return
+        if status is ev.RunStatus.FAILED:
+            current = self.router.get(endpoint.name)
+            if current != endpoint and not self._closing:  # the engine moved meanwhile: go on there
+                self._drives.pop(session_id, None)
+                self._launch(session_id, None)
+                return
+            if not await endpoint_alive(self.http, current):
+                self._set_state(session_id, S.ENGINE_WAIT,
+                                f"engine {endpoint.name} is not answering; continues when it is back")
+                self._drives.pop(session_id, None)
+                self.watcher.watch(endpoint.name)
+                self._update_settled()
+                return
         new = {
             ev.RunStatus.COMPLETED: S.DONE,
             ev.RunStatus.NEEDS_INPUT: S.NEEDS_INPUT,

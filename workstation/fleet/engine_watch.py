@@ -34,11 +34,15 @@ class EndpointWatcher:
         self,
         http: httpx.AsyncClient,
         *,
+        resolve: Callable[[str], Endpoint],
         on_down: Callable[[Endpoint], None],
         on_back: Callable[[Endpoint], None],
         interval_s: float = 2.0,
     ) -> None:
+        """``resolve(name)`` gives the endpoint as it is now (a restarted engine may have
+        a new port and key), looked up at every poll."""
         self._http = http
+        self._resolve = resolve
         self._on_down = on_down
         self._on_back = on_back
         self._interval_s = interval_s
@@ -48,21 +52,28 @@ class EndpointWatcher:
         task = self._tasks.get(name)
         return task is not None and not task.done()
 
-    def watch(self, endpoint: Endpoint) -> None:
-        if self.watching(endpoint.name):
+    def watch(self, name: str, *, announce: bool = True) -> None:
+        if self.watching(name):
             return
-        self._on_down(endpoint)
-        self._tasks[endpoint.name] = asyncio.create_task(
-            self._poll(endpoint), name=f"fleet-watch-{endpoint.name}"
-        )
+        if announce:
+            self._on_down(self._resolve(name))
+        self._tasks[name] = asyncio.create_task(self._poll(name), name=f"fleet-watch-{name}")
 
-    async def _poll(self, endpoint: Endpoint) -> None:
-        log.warning("engine %s (%s) is not answering; sessions on it wait", endpoint.name, endpoint.base_url)
-        while not await endpoint_alive(self._http, endpoint):
+    def recheck(self, name: str) -> None:
+        """Probe now (the endpoint changed): restart a running watch without announcing."""
+        task = self._tasks.pop(name, None)
+        if task is None or task.done():
+            return
+        task.cancel()
+        self.watch(name, announce=False)
+
+    async def _poll(self, name: str) -> None:
+        log.warning("engine %s is not answering; sessions on it wait", name)
+        while not await endpoint_alive(self._http, self._resolve(name)):
             await asyncio.sleep(self._interval_s)
-        log.warning("engine %s answers again; waiting sessions continue", endpoint.name)
-        self._tasks.pop(endpoint.name, None)
-        self._on_back(endpoint)
+        log.warning("engine %s answers again; waiting sessions continue", name)
+        self._tasks.pop(name, None)
+        self._on_back(self._resolve(name))
 
     async def aclose(self) -> None:
         tasks = list(self._tasks.values())

@@ -50,6 +50,13 @@ class Router:
         self._assigned[session_id] = name
         return self._endpoints[name]
 
+    def update(self, endpoint: Endpoint) -> bool:
+        """Put ``endpoint`` in place of the one with its name (a restarted engine on a new port
+        or key keeps its sessions), or add it. True when it replaced one."""
+        existed = endpoint.name in self._endpoints
+        self._endpoints[endpoint.name] = endpoint
+        return existed
+
     def endpoint_of(self, session_id: str) -> Endpoint | None:
         name = self._assigned.get(session_id)
         return self._endpoints.get(name) if name else None

@@ -93,7 +93,7 @@ class Fleet(SessionDriver, WorkspaceOps):
             max_generating, on_change=self._on_slots, on_wait=self._on_slot_wait,
             on_admit=self._on_slot_admit,
         )
-        self.watcher = EndpointWatcher(http, on_down=self._on_endpoint_down,
+        self.watcher = EndpointWatcher(http, resolve=self.router.get, on_down=self._on_endpoint_down,
                                        on_back=self._on_endpoint_back, interval_s=engine_poll_s)
         self._records: dict[str, SessionRecord] = {}
         self._creating = 0
@@ -349,6 +349,16 @@ class Fleet(SessionDriver, WorkspaceOps):
 
     def set_max_generating(self, cap: int) -> None:
         self.gate.set_cap(cap)
+
+    def update_endpoint(self, endpoint: Endpoint) -> None:
+        """An engine restarted (a managed one comes back on a new port with a new key) or a new
+        endpoint was added: sessions on that name use it from their next run; sessions waiting
+        for it are checked at once and continue."""
+        self.router.update(endpoint)
+        back = getattr(self._factory, "endpoint_back", None)
+        if callable(back):
+            back(endpoint.name)
+        self.watcher.recheck(endpoint.name)
 
     async def remove(self, session_id: str, *, keep_worktree: bool = False) -> None:
         """Stop the session, delete its worktree, branch and checkpoint refs (unless
