@@ -168,8 +168,7 @@ class Application:
 
         self.window = MainWindow(self.settings, engine=self.engine)
         self.window.close_requested.connect(lambda: self.request_shutdown("(window closed)"))
-        self.window.new_session_requested.connect(self._open_new_session)
-        self.window.settings_requested.connect(self._open_settings)
+        self.window.settings_saved.connect(self._settings_saved)
         self.window.engine_dock.set_log(self.engine.log_tail())
         self.engine.view_changed.connect(self.window.set_engine_view)
         self.engine.log_line.connect(self.window.engine_log_line)
@@ -192,6 +191,7 @@ class Application:
 
             self.sessions.set_client(ChatClient(self.http, endpoint))
             self.ready.set()
+            log.info("chat sessions ready")
             if not self.window.panes and self.first_prompt:
                 self.sessions.add("first answer", self.first_prompt, repo="engine check")
             return
@@ -225,6 +225,7 @@ class Application:
         await commands.refresh_recent()
         self.window.commands = commands
         self.ready.set()
+        log.info("fleet ready: %d session(s)", len(self.window.panes))
         await self._build_meters(endpoint)
 
     async def _build_meters(self, endpoint: Any) -> None:
@@ -251,27 +252,6 @@ class Application:
         except UserError as exc:
             self.window.engine_dock.show()
             self.window.show_error(f"engine: {str(exc).splitlines()[0]}")
-
-    # ----- dialogs -----
-    def _open_new_session(self, repo_path: str = "") -> None:
-        from workstation.ui.dialogs.new_session import NewSessionDialog
-
-        if self.window.commands is None:
-            self.window.show_error("sessions can be created once the engine is ready")
-            return
-        commands = self.window.commands
-        dialog = NewSessionDialog(self.window, commands, repo_path=repo_path)
-        dialog.submitted.connect(
-            lambda req: self.window.tasks.spawn(commands.create_sessions(req), "create-sessions")
-        )
-        dialog.open()
-
-    def _open_settings(self) -> None:
-        from workstation.ui.dialogs.settings_dialog import SettingsDialog
-
-        dialog = SettingsDialog(self.settings, self.window)
-        dialog.saved.connect(self._settings_saved)
-        dialog.open()
 
     def _settings_saved(self, settings: Settings) -> None:
         self.settings = settings

@@ -47,9 +47,8 @@ STATS_INTERVAL_MS = 1000
 class MainWindow(QMainWindow):
     close_requested = Signal()
     """The user closed the window: the app runs its staged shutdown."""
-    new_session_requested = Signal(str)
-    """Open the new-session dialog (optional repository path pre-filled)."""
-    settings_requested = Signal()
+    settings_saved = Signal(object)
+    """The settings dialog wrote new :class:`Settings`."""
 
     def __init__(
         self,
@@ -66,6 +65,8 @@ class MainWindow(QMainWindow):
         self.panes: dict[str, SessionPane] = {}
         self.bridge = None
         self._slots_text = ""
+        self.new_session_dialog = None
+        self.settings_dialog = None
         self._closing = False
         self._allow_close = False
         self.setWindowTitle("workstation")
@@ -194,12 +195,12 @@ class MainWindow(QMainWindow):
         key("Escape", self.show_grid)
 
     def _wire(self) -> None:
-        self.new_action.triggered.connect(lambda: self.new_session_requested.emit(""))
-        self.grid.repository_dropped.connect(self.new_session_requested)
+        self.new_action.triggered.connect(lambda: self.open_new_session(""))
+        self.grid.repository_dropped.connect(self.open_new_session)
         self.start_all_action.triggered.connect(lambda: self._command("start-all", "start_all"))
         self.pause_all_action.triggered.connect(lambda: self._command("pause-all", "pause_all"))
         self.approve_all_action.triggered.connect(self.approve_all)
-        self.settings_action.triggered.connect(self.settings_requested)
+        self.settings_action.triggered.connect(self.open_settings)
         self.engine_button.clicked.connect(self.toggle_engine_dock)
         self.engine_dock_action.triggered.connect(self.toggle_engine_dock)
         self.attention.waiting_changed.connect(lambda _n: self._update_counts())
@@ -377,6 +378,34 @@ class MainWindow(QMainWindow):
         if action.shortcut().isEmpty():
             action.setShortcut(QKeySequence("Ctrl+R"))
         self.addAction(action)
+
+    # ----- dialogs (opened with open(), never exec()) -----
+    def open_new_session(self, repo_path: str = "") -> None:
+        from workstation.ui.dialogs.new_session import NewSessionDialog
+
+        commands = self.commands
+        if commands is None:
+            self.show_error("sessions can be created once the engine is ready")
+            return
+        dialog = NewSessionDialog(self, commands, repo_path=repo_path)
+        dialog.submitted.connect(lambda req: self.tasks.spawn(commands.create_sessions(req), "create-sessions"))
+        dialog.finished.connect(dialog.deleteLater)
+        self.new_session_dialog = dialog
+        dialog.open()
+
+    def open_settings(self) -> None:
+        from workstation.ui.dialogs.settings_dialog import SettingsDialog
+
+        dialog = SettingsDialog(self.settings, self)
+        dialog.saved.connect(self._on_settings_saved)
+        dialog.finished.connect(dialog.deleteLater)
+        self.settings_dialog = dialog
+        dialog.open()
+
+    def _on_settings_saved(self, settings: Settings) -> None:
+        self.settings = settings
+        self.flush_timer.setInterval(max(10, round(1000 / max(1.0, settings.ui.flush_hz))))
+        self.settings_saved.emit(settings)
 
     # ----- engine -----
     def set_engine_view(self, view: EngineView) -> None:

@@ -1,0 +1,165 @@
+"""Fixtures of the window tests: a qasync loop on the test's QApplication, and a window
+driving a real fleet whose agents talk to the scripted vLLM-format server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("pytestqt")
+
+from tests.helpers.scripted_server import Reply, ScriptedServer, ToolCall  # noqa: E402
+
+FIXED = "def add(a, b):\n    return a + b\n"
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("WORKSTATION_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("WORKSTATION_UI__THEME", "light")
+    for key in [k for k in os.environ if k.startswith("WORKSTATION_ENGINE__")]:
+        monkeypatch.delenv(key)
+    from workstation.config import load_settings
+
+    return load_settings()
+
+
+@pytest.fixture(scope="session")
+def qloop(qapp):  # type: ignore[no-untyped-def]
+    """One qasync loop for the whole session, as in the app (several loops on one
+    QApplication step each other's callbacks)."""
+    from workstation.app import make_event_loop
+
+    loop = make_event_loop(qapp)
+    # Qt runs the loop's timers whenever it processes events (a qtbot click, a teardown);
+    # keep the loop marked as running between run_until_complete calls so a task step
+    # there finds its loop, as it always does in the app (where the loop runs throughout).
+    asyncio.events._set_running_loop(loop)
+    yield loop
+    asyncio.events._set_running_loop(None)
+    asyncio.set_event_loop(None)
+    with contextlib.suppress(Exception):
+        loop.close()
+
+
+async def wait_until(until: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    """Let the loop (and so Qt) run until ``until()`` holds; fail after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not until():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        await asyncio.sleep(0.02)
+
+
+def run(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
+    """Run a coroutine on the qasync loop. Tests run their whole body inside it, so a task
+    a click starts never runs while the loop is not running."""
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        asyncio.events._set_running_loop(loop)
+
+
+def agent_responder(body: dict[str, Any], n: int) -> Reply:
+    """Per session, whatever the interleaving: explain and write the fix; after the tool's
+    result, finish. A turn after a denial finishes too."""
+    last = body["messages"][-1]
+    if last.get("role") == "tool" or (last.get("role") == "user" and n and "denied" in str(last.get("content", ""))):
+        return Reply(text="Done.", tool_calls=[ToolCall("attempt_completion", {"result": "add() adds now."})])
+    if last.get("role") == "user" and "follow" in str(last.get("content", "")).lower():
+        return Reply(text="On it.", tool_calls=[ToolCall("attempt_completion", {"result": "followed up"})])
+    return Reply(
+        text="The bug: add subtracts.\n```python\n" + FIXED + "```\n",
+        tool_calls=[ToolCall("write_to_file", {"path": "calc.py", "content": FIXED})],
+    )
+
+
+@dataclass
+class FleetUI:
+    loop: asyncio.AbstractEventLoop
+    window: Any
+    fleet: Any
+    bridge: Any
+    commands: Any
+    server: ScriptedServer
+    repo: Path
+
+    async def wait(self, until: Callable[[], bool], timeout_s: float = 20.0) -> None:
+        await wait_until(until, timeout_s)
+
+    def play(self, body: Callable[[], Any]) -> Any:
+        """Run the async test body on the loop."""
+        return run(self.loop, body())
+
+    async def create(self, count: int = 1, *, auto_approve: str = "ask", task: str = "Fix add() in calc.py"
+                     ) -> list[str]:
+        from workstation.ui.backend import NewSessionRequest
+
+        before = set(self.window.panes)
+        await self.commands.create_sessions(NewSessionRequest(
+            task=task, repo_path=str(self.repo), auto_approve=auto_approve, copies=count))
+        await self.wait(lambda: len(self.window.panes) >= len(before) + count)
+        return [sid for sid in self.window.panes if sid not in before]
+
+    def state(self, session_id: str) -> Any:
+        return self.window.panes[session_id].info.state
+
+
+@pytest.fixture
+def calc_repo(tmp_path: Path) -> Path:
+    import subprocess
+
+    repo = tmp_path / "calc"
+    repo.mkdir()
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
+    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True, env=env)
+    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True, env=env)
+    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "initial"], check=True, env=env)
+    return repo
+
+
+@pytest.fixture
+def fleet_ui(qtbot, qloop, settings, calc_repo: Path) -> Iterator[FleetUI]:  # type: ignore[no-untyped-def]
+    from workstation.engine.http import make_http_client
+    from workstation.fleet.agent_bridge import real_agent_factory
+    from workstation.fleet.service import Fleet
+    from workstation.ui.bridge import FleetBridge
+    from workstation.ui.fleet_backend import FleetCommands
+    from workstation.ui.main_window import MainWindow
+
+    with ScriptedServer(responder=agent_responder).in_thread() as server:
+        http = make_http_client()
+        fleet = Fleet(data_dir=settings.data_dir, endpoints=[server.endpoint],
+                      agent_factory=real_agent_factory(http, context_window_tokens=8192,
+                                                       overrides={"retry_backoff_s": 0.01}),
+                      http=http, max_generating=8, engine_poll_s=0.2)
+        window = MainWindow(settings)
+        bridge = FleetBridge(fleet, window)
+        window.attach_bridge(bridge)
+        run(qloop, fleet.start())
+        run(qloop, bridge.load_existing())
+        commands = FleetCommands(fleet, bridge)
+        window.commands = commands
+        window.resize(1600, 900)
+        window.show()
+        ui = FleetUI(qloop, window, fleet, bridge, commands, server, calc_repo)
+        try:
+            yield ui
+        finally:
+            run(qloop, window.tasks.aclose())
+            run(qloop, asyncio.wait_for(fleet.aclose(), 30))
+            bridge.close()
+            run(qloop, http.aclose())
+            window.allow_close()
+            window.close()
+            window.deleteLater()
