@@ -160,13 +160,14 @@ class NewSessionDialog(QDialog):
         layout.addLayout(form)
         layout.addWidget(self.buttons)
 
-        for signal in (self.repo.currentTextChanged, self.clone_url.textChanged, self.base_branch.textChanged,
-                       self.task.textChanged):
-            signal.connect(self.validate)
         self._touched: set[str] = set()
+        """Fields the user has edited: their errors show while typing, others' only on submit."""
         self.repo.currentTextChanged.connect(lambda _t: self._touched.add("repo"))
         self.clone_url.textChanged.connect(lambda _t: self._touched.add("repo"))
         self.task.textChanged.connect(lambda: self._touched.add("task"))
+        for signal in (self.repo.currentTextChanged, self.clone_url.textChanged, self.base_branch.textChanged,
+                       self.task.textChanged):
+            signal.connect(self.validate)
         if repo_path:
             self._touched.add("repo")
         self.validate()
@@ -187,9 +188,9 @@ class NewSessionDialog(QDialog):
         repo_problem = validate_repository(self.repo.currentText(), self.clone_url.text())
         branch_problem = validate_branch(self.base_branch.text())
         task_problem = validate_task(self.task.toPlainText())
-        self._show(self.repo_error, repo_problem, "repo" in self._touched if hasattr(self, "_touched") else False)
+        self._show(self.repo_error, repo_problem, "repo" in self._touched)
         self._show(self.branch_error, branch_problem, True)
-        self._show(self.task_error, task_problem, "task" in self._touched if hasattr(self, "_touched") else False)
+        self._show(self.task_error, task_problem, "task" in self._touched)
         ok = not (repo_problem or branch_problem or task_problem)
         self.create_button.setEnabled(ok)
         return ok
