@@ -33,21 +33,27 @@ def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[n
 
 
 @pytest.fixture(scope="session")
-def qloop(qapp):  # type: ignore[no-untyped-def]
-    """One qasync loop for the whole session, as in the app (several loops on one
+def session_loop(qapp):  # type: ignore[no-untyped-def]
+    """One qasync loop for the whole session, as in the app (several qasync loops on one
     QApplication step each other's callbacks)."""
     from workstation.app import make_event_loop
 
     loop = make_event_loop(qapp)
-    # Qt runs the loop's timers whenever it processes events (a qtbot click, a teardown);
-    # keep the loop marked as running between run_until_complete calls so a task step
-    # there finds its loop, as it always does in the app (where the loop runs throughout).
-    asyncio.events._set_running_loop(loop)
     yield loop
-    asyncio.events._set_running_loop(None)
     asyncio.set_event_loop(None)
     with contextlib.suppress(Exception):
         loop.close()
+
+
+@pytest.fixture
+def qloop(session_loop):  # type: ignore[no-untyped-def]
+    """The session's loop, marked as running for this test: Qt runs the loop's timers
+    whenever it processes events (a qtbot click, a teardown), and a task step there must
+    find its loop, as it always does in the app where the loop runs throughout. Function
+    scope, so session fixtures (a real engine) are set up before the mark."""
+    asyncio.events._set_running_loop(session_loop)
+    yield session_loop
+    asyncio.events._set_running_loop(None)
 
 
 async def wait_until(until: Callable[[], bool], timeout_s: float = 20.0) -> None:
@@ -62,6 +68,7 @@ async def wait_until(until: Callable[[], bool], timeout_s: float = 20.0) -> None
 def run(loop: asyncio.AbstractEventLoop, coro: Any) -> Any:
     """Run a coroutine on the qasync loop. Tests run their whole body inside it, so a task
     a click starts never runs while the loop is not running."""
+    asyncio.events._set_running_loop(None)
     try:
         return loop.run_until_complete(coro)
     finally:

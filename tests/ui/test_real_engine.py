@@ -13,7 +13,7 @@ from workstation.ui.panes.transcript_doc import LineStyle
 pytestmark = [pytest.mark.gui, pytest.mark.engine, pytest.mark.slow]
 
 
-def test_pane_streams_a_real_completion(qtbot, qloop, settings, smollm2_engine) -> None:  # type: ignore[no-untyped-def]
+def test_pane_streams_a_real_completion(qtbot, smollm2_engine, qloop, settings) -> None:  # type: ignore[no-untyped-def]
     from workstation.engine.chat_client import ChatClient
     from workstation.engine.http import make_http_client
     from workstation.ui.chat_backend import ChatSessions
@@ -48,7 +48,7 @@ def test_pane_streams_a_real_completion(qtbot, qloop, settings, smollm2_engine) 
         window.close()
 
 
-def test_fleet_session_on_the_real_engine(qtbot, qloop, settings, smollm2_engine, calc_repo) -> None:  # type: ignore[no-untyped-def]
+def test_fleet_session_on_the_real_engine(qtbot, smollm2_engine, qloop, settings, calc_repo) -> None:  # type: ignore[no-untyped-def]
     from workstation.engine.http import make_http_client
     from workstation.fleet.agent_bridge import real_agent_factory
     from workstation.fleet.service import Fleet
