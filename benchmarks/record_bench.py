@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="none,1920x1080,1280x720",
                         help="phases: comma-separated output sizes, 'none' = not recording")
     parser.add_argument("--rounds", type=int, default=1, help="repeat the phases this many times")
-    parser.add_argument("--encoder-nice", type=int, default=5, help="niceness of the encoder process")
+    parser.add_argument("--encoder-nice", type=int, default=0, help="niceness of the encoder process")
     parser.add_argument("--keep", type=Path, default=None, help="keep the videos in this folder")
     parser.add_argument("--verify", action="store_true", help="decode each video and count frames")
     args = parser.parse_args(argv)
