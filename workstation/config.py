@@ -118,6 +118,31 @@ class UiSettings(BaseSettings):
     """Colour scheme; ``system`` follows the desktop palette."""
 
 
+class SandboxSettings(BaseSettings):
+    """How agents' commands are confined (defaults of every session's policy)."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    mode: Literal["auto", "required", "off"] = "auto"
+    """``auto``: bubblewrap where it works, else resource limits and a scrubbed environment
+    (the app says so once); ``required``: refuse commands without bubblewrap; ``off``: no
+    bubblewrap (said once)."""
+    network: Literal["none", "host"] = "none"
+    """``none``: no network at all, not even the engine's port; ``host``: the host's network."""
+    cpu_time_s: int = 900
+    """CPU seconds per process of a command; 0 for no limit."""
+    address_space_gib: float = 16.0
+    """Virtual memory per process of a command; 0 for no limit."""
+    max_processes: int = 512
+    """Processes (threads) one command may start; 0 for no limit."""
+    file_size_gib: float = 1.0
+    """Largest file a command may write; 0 for no limit."""
+    tmp_size_mib: int = 1024
+    """Size of a command's private /tmp."""
+    hidden_paths: list[str] = Field(default_factory=list)
+    """More paths commands must not see (the app's data, ~/.ssh, ~/.aws … always are)."""
+
+
 class Settings(BaseSettings):
     """All settings of the app. Loaded from ``<data_dir>/settings.json`` and the environment."""
 
@@ -133,6 +158,7 @@ class Settings(BaseSettings):
     fleet: FleetSettings = Field(default_factory=FleetSettings)
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     ui: UiSettings = Field(default_factory=UiSettings)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
 
     @classmethod
     def settings_customise_sources(

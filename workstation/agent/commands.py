@@ -5,7 +5,10 @@
 - No stdin (``/dev/null``), no pager, no terminal prompts; secrets scrubbed from the
   environment (names with KEY, TOKEN, SECRET, PASSWORD, CREDENTIAL … and known ones).
 - Output (stdout and stderr merged) streams to a callback as it comes; what the model
-  sees is capped: the head and the tail, with the middle elided.
+  sees is capped: the head and the tail, with the middle elided. Known secret shapes
+  (API keys, tokens, private keys) are scrubbed from both (``core/secrets.py``); the live
+  stream only for its first ``LIVE_SCRUB_CHARS`` (a gigabyte firehose is not scanned).
+- With a ``sandbox`` policy: bubblewrap and resource limits (``sandbox.py``).
 """
 
 from __future__ import annotations
@@ -17,8 +20,14 @@ import re
 import shutil
 import signal
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from workstation.core.secrets import scrub
+
+if TYPE_CHECKING:
+    from workstation.agent.sandbox import SandboxPolicy
 
 _SECRET_NAME = re.compile(
     r"(KEY|TOKEN|SECRET|PASSW(OR)?D|CREDENTIAL|PRIVATE|COOKIE|SESSION|AUTH|_PAT$|^PAT_)", re.I
@@ -29,6 +38,10 @@ _SECRET_EXACT = frozenset({
     "NPM_TOKEN", "PYPI_TOKEN", "DOCKER_PASSWORD", "SSH_AUTH_SOCK", "GPG_AGENT_INFO",
     "KUBECONFIG", "DATABASE_URL",
 })
+LIVE_SCRUB_CHARS = 4_000_000
+"""Live output chunks are scrubbed up to this many characters per command; what the model
+sees and what is stored (head and tail) always is."""
+
 _KEEP = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE",
                    "TZ", "TMPDIR", "TERM", "PWD", "VIRTUAL_ENV", "PYTHONPATH", "XDG_RUNTIME_DIR"})
 
@@ -131,14 +144,59 @@ async def run_command(
     on_output: Callable[[str], None] | None = None,
     kill_grace_s: float = 2.0,
     env: Mapping[str, str] | None = None,
+    sandbox: SandboxPolicy | None = None,
 ) -> CommandResult:
-    """Run ``command`` through the shell in ``cwd``; cancellation kills its process group."""
+    """Run ``command`` through the shell in ``cwd``; cancellation kills its process group.
+
+    With ``sandbox``, it runs confined (bubblewrap where usable) under resource limits; a
+    command that cannot run at all raises ``ToolError``."""
     started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        *_shell(), command, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-        env=dict(env) if env is not None else scrubbed_environment(), start_new_session=True,
-    )
+    environment = dict(env) if env is not None else scrubbed_environment()
+    if sandbox is None:
+        proc = await _spawn([*_shell(), command], cwd, environment, None, _kill_group)
+        return await _supervise(proc, started, timeout_s, max_output_chars, on_output, kill_grace_s)
+    from workstation.agent.sandbox import end_sandbox, prepare
+
+    prepared = await prepare(command, cwd, sandbox, environment, _shell())
+    kill = end_sandbox if prepared.sandboxed else _kill_group
+    try:
+        proc = await _spawn(prepared.argv, cwd, prepared.env, prepared.preexec_fn, kill)
+        return await _supervise(proc, started, timeout_s, max_output_chars, on_output, kill_grace_s, kill=kill)
+    finally:
+        prepared.release()
+
+
+async def _spawn(
+    argv: list[str],
+    cwd: str,
+    env: dict[str, str],
+    preexec_fn: Callable[[], None] | None,
+    kill: Callable[[asyncio.subprocess.Process, float], Awaitable[None]],
+) -> asyncio.subprocess.Process:
+    """Start the process; a cancellation that arrives while it is starting still ends it
+    (asyncio would only SIGKILL the direct child, leaving what it started)."""
+    spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
+        *argv, cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True, preexec_fn=preexec_fn,
+    ))
+    try:
+        return await asyncio.shield(spawn)
+    except asyncio.CancelledError:
+        with contextlib.suppress(OSError):
+            proc = await spawn
+            await kill(proc, 0.0)
+        raise
+
+
+async def _supervise(
+    proc: asyncio.subprocess.Process,
+    started: float,
+    timeout_s: float,
+    max_output_chars: int,
+    on_output: Callable[[str], None] | None,
+    kill_grace_s: float,
+    kill: Callable[[asyncio.subprocess.Process, float], Awaitable[None]] = _kill_group,
+) -> CommandResult:
     cap = OutputCap(max_output_chars)
     decoder_tail = b""
 
@@ -159,9 +217,10 @@ async def run_command(
                 else:
                     text, decoder_tail = data.decode("utf-8", errors="replace"), b""
             if text:
+                live = cap.total < LIVE_SCRUB_CHARS
                 cap.add(text)
                 if on_output is not None:
-                    on_output(text)
+                    on_output(scrub(text) if live else text)
 
     async def pump() -> None:
         reader = asyncio.create_task(read_output(), name=f"command-output-{proc.pid}")
@@ -189,16 +248,16 @@ async def run_command(
             await asyncio.wait_for(pump(), timeout=timeout_s)
         except asyncio.TimeoutError:
             timed_out = True
-            await _kill_group(proc, kill_grace_s)
+            await kill(proc, kill_grace_s)
     except BaseException:
-        await asyncio.shield(_kill_group(proc, kill_grace_s))
+        await asyncio.shield(kill(proc, kill_grace_s))
         raise
     # the shell exited; children it left behind in the group must not outlive the call
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     return CommandResult(
         exit_code=None if timed_out else proc.returncode,
-        output=cap.text(),
+        output=scrub(cap.text()),
         timed_out=timed_out,
         duration_s=time.monotonic() - started,
         total_chars=cap.total,

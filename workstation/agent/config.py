@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from workstation.agent.sandbox import SandboxPolicy
 from workstation.core.agent_events import AgentMode
 from workstation.core.approvals import ApprovalPolicy
 
@@ -52,6 +53,8 @@ class AgentConfig:
     command_kill_grace_s: float = 2.0
     command_output_max_chars: int = 12_000
     """Command output kept for the model: head and tail, the middle elided."""
+    sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
+    """How commands are confined (bubblewrap, network, resource limits); see agent/sandbox.py."""
     read_max_bytes: int = 400_000
     """Files larger than this are refused by read_file unless a line range is given."""
     max_tool_result_chars: int = 24_000

@@ -17,6 +17,7 @@ from workstation.agent import file_tools, search_tools
 from workstation.agent.commands import run_command
 from workstation.agent.config import AgentConfig
 from workstation.agent.jail import PathJail
+from workstation.agent.sandbox import register_session_root
 from workstation.agent.tool_specs import ToolError
 
 TOOL_THREADS = 4
@@ -44,6 +45,7 @@ class Toolbox:
     def __init__(self, jail: PathJail, config: AgentConfig) -> None:
         self.jail = jail
         self.config = config
+        register_session_root(jail.root)  # hidden from other sessions' commands
 
     async def _in_thread(self, fn: Callable[..., str], *args: Any, **kwargs: Any) -> str:
         loop = asyncio.get_running_loop()
@@ -86,7 +88,7 @@ class Toolbox:
             result = await run_command(
                 command, str(jail.root), timeout_s=cfg.command_timeout_s,
                 max_output_chars=min(cfg.command_output_max_chars, cap), on_output=on_output,
-                kill_grace_s=cfg.command_kill_grace_s,
+                kill_grace_s=cfg.command_kill_grace_s, sandbox=cfg.sandbox,
             )
             return ToolRun(result.for_model(command, cfg.command_timeout_s), True)
         raise ToolError(f"{tool} cannot run here")
