@@ -9,8 +9,14 @@ completes the waiting call. A stopped agent cancels its waiting request, and
 from __future__ import annotations
 
 import asyncio
+import itertools
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from workstation.core.approvals import ApprovalDecision, ApprovalRequest
+from workstation.core import agent_events as ev
+from workstation.core.approvals import ApprovalDecision, ApprovalRequest, ToolCategory
+
+_request_ids = itertools.count(1)
 
 
 class ApprovalBroker:
@@ -47,3 +53,25 @@ class ApprovalBroker:
                 future.set_result(ApprovalDecision.deny(feedback))
                 count += 1
         return count
+
+
+async def request_approval(
+    approver: Callable[[ApprovalRequest], Awaitable[ApprovalDecision]] | None,
+    emit: Callable[[ev.AgentEvent], None],
+    *, session_id: str, call_id: str, tool: str, category: ToolCategory, arguments: dict[str, Any],
+    summary: str, reason: str, on_wait: Callable[[], None] = lambda: None,
+) -> ApprovalDecision | None:
+    """Ask ``approver`` about one action, with the events; None when nobody can approve."""
+    request = ApprovalRequest(f"{session_id}:approval:{next(_request_ids)}", session_id, call_id, tool,
+                              category, dict(arguments), summary, reason)
+    emit(ev.ApprovalRequested(session_id, request.request_id, call_id, tool, category.value, dict(arguments),
+                              summary, reason))
+    if approver is None:
+        emit(ev.ApprovalResolved(session_id, request.request_id, False, "no one can approve in this session",
+                                 by="nobody"))
+        return None
+    on_wait()
+    decision = await approver(request)
+    emit(ev.ApprovalResolved(session_id, request.request_id, decision.approved, decision.feedback,
+                             decision.arguments is not None))
+    return decision

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -16,9 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from workstation.agent import prompts
+from workstation.agent.approvals import request_approval
 from workstation.agent.checkpoints import Checkpoint, CheckpointError, CheckpointStore
 from workstation.agent.config import AgentConfig
-from workstation.agent.context import build_condensed, facts_summary, plan_condense, trim_tool_results
+from workstation.agent.context import facts_summary
 from workstation.agent.history import (
     AgentSnapshot, Message, estimate_tokens, message_json, messages_json, repair_history,
 )
@@ -34,7 +34,7 @@ from workstation.agent.tool_specs import (
 )
 from workstation.agent.toolbox import Toolbox
 from workstation.agent.toolcalls import RawCall
-from workstation.agent.turn import stream_turn, summarize
+from workstation.agent.turn import condense, stream_turn
 from workstation.core import agent_events as ev
 from workstation.core.agent_events import AgentMode, AgentState, RunStatus, ToolProtocol
 from workstation.core.approvals import ApprovalDecision, ApprovalRequest, ToolCategory
@@ -49,7 +49,6 @@ SlotFactory = Callable[[], AbstractAsyncContextManager[Any]]
 """Returns an async context manager held around each model turn (the fleet's cap)."""
 
 _TOOLS_TOKENS = len(message_json({"t": list(OPENAI_TOOLS)})) // 3
-_request_ids = itertools.count(1)
 
 
 class Agent:
@@ -558,7 +557,10 @@ class Agent:
         approval_note = ""
         reason = self.config.approval.reason_to_ask(spec.category, args.get("command") if name == "execute_command" else None)
         if reason:
-            decision = await self._ask_approval(call, name, spec.category, args, summary, reason)
+            decision = await request_approval(
+                self._approver, self._emit, session_id=self.session_id, call_id=call.id, tool=name,
+                category=spec.category, arguments=args, summary=summary, reason=reason,
+                on_wait=lambda: self._set_state(AgentState.AWAITING_APPROVAL, summary))
             if decision is None:
                 self._finish_call(call, args, "denied", prompts.headless_refusal(reason), started)
                 return "denied", None
@@ -596,22 +598,6 @@ class Agent:
             await self._checkpoint(summary)
         return "ok", None
 
-    async def _ask_approval(self, call: RawCall, name: str, category: ToolCategory, args: dict[str, Any],
-                            summary: str, reason: str) -> ApprovalDecision | None:
-        request = ApprovalRequest(f"{self.session_id}:approval:{next(_request_ids)}", self.session_id,
-                                  call.id, name, category, dict(args), summary, reason)
-        self._emit(ev.ApprovalRequested(self.session_id, request.request_id, call.id, name, category.value,
-                                        dict(args), summary, reason))
-        if self._approver is None:
-            self._emit(ev.ApprovalResolved(self.session_id, request.request_id, False,
-                                           "no one can approve in this session", by="nobody"))
-            return None
-        self._set_state(AgentState.AWAITING_APPROVAL, summary)
-        decision = await self._approver(request)
-        self._emit(ev.ApprovalResolved(self.session_id, request.request_id, decision.approved, decision.feedback,
-                                       decision.arguments is not None))
-        return decision
-
     async def _checkpoint(self, label: str) -> None:
         if self.checkpoints is None:
             return
@@ -626,21 +612,13 @@ class Agent:
 
     # ------------------------------------------------------------------ internals: condensing
     async def _condense(self, *, force: bool = False) -> None:
-        cfg = self.config
-        before_tokens = self._estimate_context()
-        before_len = len(self._messages)
+        before_tokens, before_len = self._estimate_context(), len(self._messages)
         self._set_state(AgentState.GENERATING, "condensing the conversation")
-        keep = 1 if force else cfg.keep_recent_exchanges
-        plan = plan_condense(self._messages, keep_exchanges=keep,
-                             tail_budget_tokens=int(cfg.context_window_tokens * 0.35))
-        if plan is None:
-            trimmed = trim_tool_results(self._messages, max_chars=max(1_000, cfg.context_window_tokens // 2))
-            if trimmed != self._messages:
-                self._replace_history(trimmed)
-            return
-        summary = await summarize(self.client, plan.head + plan.middle, window_tokens=cfg.context_window_tokens,
-                                  temperature=cfg.temperature, slot=self._slot() if self._slot else None)
         facts = facts_summary(self._files_read, self._files_changed, self._commands_run)
-        text = "\n".join(part for part in (summary.strip(), facts) if part) or "(no summary available)"
-        self._replace_history(build_condensed(plan, text))
-        self._emit(ev.ContextCondensed(self.session_id, before_tokens, before_len, len(self._messages), text))
+        result = await condense(self.client, self._messages, self.config, facts, force=force, slot=self._slot)
+        if result is None:
+            return
+        self._replace_history(result.messages)
+        if result.summary is not None:
+            self._emit(ev.ContextCondensed(self.session_id, before_tokens, before_len, len(self._messages),
+                                           result.summary))

@@ -1,4 +1,4 @@
-"""Model calls of the loop: one streamed turn (events as it streams), and the condensing summary."""
+"""Model calls of the loop: one streamed turn (events as it streams), and condensing."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from workstation.agent.config import AgentConfig
+from workstation.agent.context import build_condensed, plan_condense, trim_tool_results
 from workstation.agent.history import Message, estimate_tokens
 from workstation.agent.prompts import CONDENSE_REQUEST
 from workstation.agent.protocols import ReplyCalls, native_reply, request_fields, text_reply
@@ -81,3 +83,30 @@ async def summarize(
         log.info("condensing without a model summary: %s", exc)
         return ""
     return "".join(parts)[:4_000]
+
+
+@dataclass(slots=True)
+class Condensed:
+    messages: list[Message]
+    summary: str | None
+    """The summary message's text; None when old turns could not be folded and long
+    results were only cut."""
+
+
+async def condense(
+    client: ChatClient, messages: list[Message], config: AgentConfig, facts: str, *, force: bool,
+    slot: Callable[[], contextlib.AbstractAsyncContextManager] | None = None,
+) -> Condensed | None:
+    """A shorter history: system prompt and task kept byte-identical, older turns folded into
+    one summary (the model's, plus ``facts``), the last turns verbatim. ``force`` (the server
+    said the context overflowed) keeps only the last turn. None when nothing can be saved."""
+    window = config.context_window_tokens
+    keep = 1 if force else config.keep_recent_exchanges
+    plan = plan_condense(messages, keep_exchanges=keep, tail_budget_tokens=int(window * 0.35))
+    if plan is None:
+        trimmed = trim_tool_results(messages, max_chars=max(1_000, window // 2))
+        return Condensed(trimmed, None) if trimmed != messages else None
+    summary = await summarize(client, plan.head + plan.middle, window_tokens=window,
+                              temperature=config.temperature, slot=slot() if slot else None)
+    text = "\n".join(part for part in (summary.strip(), facts) if part) or "(no summary available)"
+    return Condensed(build_condensed(plan, text), text)
