@@ -31,8 +31,9 @@ Sessions (``SessionSpec`` → ``SessionSummary``)
     ``<data_dir>/worktrees/<repo>-<hash>/<name>`` on a new branch ``ws/<name>`` from
     ``spec.base_branch`` (default: the checked-out branch). All checks run first; a failure
     raises ``UserError`` with a plain message and leaves nothing behind.
-    ``duplicate(sid, n)``, ``remove(sid, keep_worktree=False)`` (worktree, branch and
-    checkpoint refs go too).
+    ``duplicate(sid, n)``, ``remove(sid, keep_worktree=False)`` / ``remove_many(ids)``
+    (worktree, branch and checkpoint refs go too), ``await disk_usage(sid)`` (bytes),
+    ``set_mode(sid, "plan" | "act")``.
 
 Running
     ``start_session(sid)``, ``start_all()``, ``pause(sid)`` / ``pause_all()`` (immediate: an
@@ -42,14 +43,17 @@ Running
     ``resolve_approval(sid, request_id, ApprovalDecision…)``, ``pending_approvals()``,
     ``set_max_generating(n)``, ``await wait_settled()`` (nothing working, nothing waiting for
     an engine). A session whose engine stops answering goes to ``ENGINE_WAIT`` and continues
-    by itself when the engine is back (``EndpointAvailabilityChanged``). With several
-    endpoints a new session goes to the least loaded one and stays there.
+    by itself when the engine is back (``EndpointAvailabilityChanged``);
+    ``update_endpoint(endpoint)`` after a managed engine restarted on a new port/key (same
+    name) moves its sessions there. With several endpoints a new session goes to the least
+    loaded one and stays there (prefix-cache locality).
 
 Reading
     ``sessions()`` / ``summary(sid)`` → ``SessionSummary`` (state, repo, worktree, branch,
     tokens, tok/s, error); ``await transcript(sid, after_seq=0)`` → ``[(seq, agent_event)]``
     from the store (all agent events but per-token pieces); live ``SessionAgentEvent.seq``
-    continues that numbering. ``fleet.store.list_checkpoints(sid)``.
+    continues that numbering. ``await checkpoints(sid)``; ``await restore_checkpoint(sid,
+    commit, files=True, conversation=True)`` (paused or finished sessions).
 
 Review
     ``await diff(sid)`` → ``SessionDiff`` (files with +/-, patch) against the merge base;
