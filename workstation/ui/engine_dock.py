@@ -83,6 +83,7 @@ class EngineDock(QDockWidget):
         model = f"{view.model} · " if view.model else ""
         self.state_label.setText(f"Engine: {model}{words}")
         self.detail.setText(view.detail)
+        self.detail.setVisible(bool(view.detail))
         if view.profiles and [self.profile.itemText(i) for i in range(self.profile.count())] != list(view.profiles):
             self.profile.clear()
             self.profile.addItems(list(view.profiles))

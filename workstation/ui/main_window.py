@@ -168,12 +168,19 @@ class MainWindow(QMainWindow):
 
     def _build_status_bar(self) -> None:
         status = self.statusBar()
+        # All permanent: a transient showMessage() would hide the session summary.
         self.summary_label = QLabel()
+        self.notice_label = QLabel()
+        self.notice_label.setTextFormat(Qt.TextFormat.PlainText)
         self.page_label = QLabel()
         self.engine_status = QLabel()
-        status.addWidget(self.summary_label, 1)
+        status.addPermanentWidget(self.summary_label)
+        status.addPermanentWidget(self.notice_label, 1)
         status.addPermanentWidget(self.page_label)
         status.addPermanentWidget(self.engine_status)
+        self._notice_timer = QTimer(self)
+        self._notice_timer.setSingleShot(True)
+        self._notice_timer.timeout.connect(self.notice_label.clear)
 
     def _build_shortcuts(self) -> None:
         def key(seq: str | QKeySequence, slot: Callable[[], None]) -> QShortcut:
@@ -204,7 +211,7 @@ class MainWindow(QMainWindow):
         self.engine_button.clicked.connect(self.toggle_engine_dock)
         self.engine_dock_action.triggered.connect(self.toggle_engine_dock)
         self.attention.waiting_changed.connect(lambda _n: self._update_counts())
-        self.attention.notified.connect(lambda _t, m: self.statusBar().showMessage(m, 8000))
+        self.attention.notified.connect(lambda _t, m: self.show_status(m))
         self.grid.page_changed.connect(lambda _p, _n: self._update_page_label())
         self.focus.back_requested.connect(self.show_grid)
         self.focus.follow_up.connect(self._on_focus_follow_up)
@@ -279,7 +286,7 @@ class MainWindow(QMainWindow):
     def attach_bridge(self, bridge) -> None:
         """Follow a fleet through its bridge (status lines, slots, output, checkpoints)."""
         self.bridge = bridge
-        bridge.message.connect(lambda text: self.statusBar().showMessage(text, 8000))
+        bridge.message.connect(self.show_status)
         bridge.slots_changed.connect(self._on_slots_changed)
         bridge.output_appended.connect(self._on_output)
         bridge.checkpoints_changed.connect(self._on_checkpoints)
@@ -531,9 +538,15 @@ class MainWindow(QMainWindow):
         if self.page_label.text() != text:
             self.page_label.setText(text)
 
+    def show_status(self, message: str, timeout_ms: int = 8000) -> None:
+        """A passing line in the status bar, beside the session summary."""
+        self.notice_label.setText(f"│  {message}")
+        self.notice_label.setToolTip(message)
+        self._notice_timer.start(timeout_ms)
+
     def show_error(self, message: str) -> None:
         log.warning("%s", message)
-        self.statusBar().showMessage(message, 10000)
+        self.show_status(message, 10000)
 
     # ----- state and closing -----
     def _restore(self) -> None:
@@ -563,7 +576,7 @@ class MainWindow(QMainWindow):
         if not self._closing:
             self._closing = True
             self.save_layout()
-            self.statusBar().showMessage("Shutting down…")
+            self.show_status("Shutting down…", 60000)
             self.close_requested.emit()
 
 

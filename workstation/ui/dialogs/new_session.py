@@ -174,7 +174,6 @@ class NewSessionDialog(QDialog):
 
     def _error_label(self) -> QLabel:
         label = QLabel("")
-        label.setWordWrap(True)
         label.setStyleSheet(f"color: {theme.RED.name()};")
         label.setTextFormat(Qt.TextFormat.PlainText)
         label.hide()

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QDockWidget, QFormLayout, QGroupBox, QLabel, QVBox
 from workstation.ui import theme  # noqa: E402
 
 CHARTS = (
-    ("Generated tok/s", ("engine.*.generation_tokens_per_s", "sessions.tokens_per_s"), ""),
+    ("Generated tok/s", ("engine.*.generation_tokens_per_s", "sessions.tokens_per_s"), "tok/s"),
     ("GPU utilisation %", ("gpu*.util_pct",), "%"),
     ("GPU power W", ("gpu*.power_w",), "W"),
     ("Latency s (TTFT p50/p99, ITL p99)", ("engine.*.ttft_p50_s", "engine.*.ttft_p99_s", "engine.*.itl_p99_s"), "s"),
@@ -49,6 +49,11 @@ class MetersDock(QDockWidget):
             plot.setLabel("bottom", "minutes ago")
             plot.setMouseEnabled(x=False, y=False)
             plot.hideButtons()
+            for axis in ("bottom", "left"):
+                plot.getAxis(axis).enableAutoSIPrefix(False)
+            plot.setXRange(-15, 0, padding=0)
+            if unit == "%":
+                plot.setYRange(0, 100, padding=0.02)
             if unit:
                 plot.setLabel("left", unit)
             layout.addWidget(plot)
@@ -74,6 +79,7 @@ class MetersDock(QDockWidget):
         pens = [theme.accent(self.palette()), theme.AMBER, theme.GREEN, theme.RED]
         for plot, patterns in self.plots:
             plot.clear()
+            plot.setXRange(-15, 0, padding=0)
             k = 0
             for pattern in patterns:
                 for name in names:

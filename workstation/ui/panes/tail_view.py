@@ -27,8 +27,15 @@ from workstation.ui import theme
 from workstation.ui.panes.transcript_doc import Line, LineStyle, TranscriptDoc, wrap_line
 
 MARGIN_PX = 4
+COLLAPSED = "▸"
+EXPANDED = "▾"
 MAX_DETAIL_LINES = 200
 _NO_ROWS: list[str] = []
+
+
+def expanded_text(text: str) -> str:
+    """A tool line's text while its details show: its ``▸`` turns into ``▾``."""
+    return EXPANDED + text[1:] if text.startswith(COLLAPSED) else f"{EXPANDED} {text}"
 
 
 def _static_text(text: str) -> QStaticText:
@@ -36,8 +43,6 @@ def _static_text(text: str) -> QStaticText:
     static.setTextFormat(Qt.TextFormat.PlainText)
     pass
     return static
-COLLAPSED = "▸"
-EXPANDED = "▾"
 
 
 class TailView(QWidget):
@@ -209,8 +214,8 @@ class TailView(QWidget):
         key = (cols, len(line.text), line.expanded)
         if line.wrap_key != key:
             text = line.text
-            if line.style is LineStyle.TOOL and line.detail:
-                text = (EXPANDED if line.expanded else COLLAPSED) + " " + text
+            if line.detail and line.expanded:
+                text = expanded_text(text)
             line.wrapped = wrap_line(text, cols)
             line.wrap_key = key
         return line.wrapped

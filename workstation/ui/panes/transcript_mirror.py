@@ -9,7 +9,7 @@ from PySide6.QtGui import QFont, QMouseEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QPlainTextEdit, QWidget
 
 from workstation.ui import theme
-from workstation.ui.panes.tail_view import COLLAPSED, EXPANDED
+from workstation.ui.panes.tail_view import expanded_text
 from workstation.ui.panes.transcript_doc import Line, LineStyle, TranscriptDoc
 
 MAX_BLOCKS = 5000
@@ -104,8 +104,9 @@ class TranscriptMirror(QPlainTextEdit):
         if not first:
             cursor.insertBlock()
         text = line.text
-        if line.style is LineStyle.TOOL and line.detail:
-            text = f"{COLLAPSED} {text}"
+        if line.detail:
+            if line.expanded:
+                text = expanded_text(text)
             self._tools[line.uid] = line
             if len(self._tools) > MAX_BLOCKS:
                 self._tools.pop(next(iter(self._tools)))
@@ -136,8 +137,8 @@ class TranscriptMirror(QPlainTextEdit):
         line.expanded = not line.expanded
         cursor = QTextCursor(block)
         cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock, QTextCursor.MoveMode.KeepAnchor)
-        marker = EXPANDED if line.expanded else COLLAPSED
-        cursor.insertText(f"{marker} {line.text}", self._formats[LineStyle.TOOL])
+        text = expanded_text(line.text) if line.expanded else line.text
+        cursor.insertText(text, self._formats[line.style])
         if line.expanded:
             self._insert_detail(cursor, line)
         else:
