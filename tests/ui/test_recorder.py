@@ -480,6 +480,8 @@ def _run_child(tmp_path: Path, mode: str) -> Path:
             os.kill(proc.pid, signal.SIGKILL)  # the app dies; its encoder process lives on
         elif mode == "kill-all":
             os.killpg(proc.pid, signal.SIGKILL)  # the app and its encoder die together
+        elif mode == "term-all":
+            os.killpg(proc.pid, signal.SIGTERM)  # e.g. a session manager stopping the group
         proc.wait(timeout=60)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:  # the encoder finishes the file by itself
@@ -498,10 +500,11 @@ def _run_child(tmp_path: Path, mode: str) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["kill-app", "kill-all", "quit", "exit"])
+@pytest.mark.parametrize("mode", ["kill-app", "kill-all", "term-all", "quit", "exit"])
 def test_recording_cut_off_still_plays(tmp_path, mode) -> None:
-    """The app SIGKILLed (alone, or with its encoder), quitting, or Python exiting mid-
-    recording, with nobody calling stop(): the file still decodes."""
+    """The app SIGKILLed (alone, or with its encoder), the whole group SIGTERMed, the app
+    quitting, or Python exiting mid-recording, with nobody calling stop(): the file still
+    decodes."""
     path = _run_child(tmp_path, mode)
     times, frames = decode(path)
     seconds = len(frames) / 30

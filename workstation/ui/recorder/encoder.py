@@ -220,6 +220,21 @@ def encoder_main(ring: FrameRing, control, events, options: RecordingOptions,
     total: int | None = None
     error: str | None = None
     started_cpu = time.process_time()
+
+    def take(message: bytes) -> None:
+        _, index, slot, width, height, stride, fmt = FRAME_MESSAGE.unpack(message)
+        pixels = ring.slot(index, stride * height)
+        try:
+            picture = core.convert(pixels, width, height, stride, PIX_FMTS[fmt])
+        finally:
+            del pixels
+            counters[COUNTER_CONSUMED] += 1  # the slot is free again
+        core.add(slot, picture)
+        counters[COUNTER_WRITTEN] = core.written
+        counters[COUNTER_FRESH] = core.fresh
+        counters[COUNTER_REPEATED] = core.repeated
+        counters[COUNTER_CPU_NS] = int((time.process_time() - started_cpu) * 1e9)
+
     try:
         while True:
             try:
@@ -230,20 +245,20 @@ def encoder_main(ring: FrameRing, control, events, options: RecordingOptions,
                 _, requested = END_MESSAGE.unpack(message)
                 total = requested if requested >= 0 else None
                 break
-            _, index, slot, width, height, stride, fmt = FRAME_MESSAGE.unpack(message)
-            pixels = ring.slot(index, stride * height)
-            try:
-                picture = core.convert(pixels, width, height, stride, PIX_FMTS[fmt])
-            finally:
-                del pixels
-                counters[COUNTER_CONSUMED] += 1  # the slot is free again
-            core.add(slot, picture)
-            counters[COUNTER_WRITTEN] = core.written
-            counters[COUNTER_FRESH] = core.fresh
-            counters[COUNTER_REPEATED] = core.repeated
-            counters[COUNTER_CPU_NS] = int((time.process_time() - started_cpu) * 1e9)
+            take(message)
     except _Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         log.warning("encoder stopped by SIGTERM: closing %s", options.path)
+        try:  # pictures already handed over are in the ring: keep them
+            for _ in range(ring.slots):
+                if not control.poll(0):
+                    break
+                message = control.recv_bytes()
+                if message[:1] != b"F":
+                    break
+                take(message)
+        except (EOFError, OSError, ValueError):
+            pass
     except Exception as exc:  # noqa: BLE001 - any failure ends the file, reported once
         error = f"{type(exc).__name__}: {exc}"
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # closing must not be interrupted
