@@ -62,7 +62,7 @@ async def _demo(args: argparse.Namespace) -> int:
     ) as endpoint:
         async with make_http_client() as http:
             client = ChatClient(http, endpoint)
-            n = max(1, args.sessions)
+            n = 1
             _say(f"asking {endpoint.model} ({n} session{'s' if n > 1 else ''}): {args.prompt}")
             print("", flush=True)
             results = await asyncio.gather(
@@ -88,9 +88,69 @@ async def _demo(args: argparse.Namespace) -> int:
     return 0 if total_tokens > 0 else 1
 
 
+async def _fleet_demo(args: argparse.Namespace) -> int:
+    """The manifest demo in the terminal: N agent sessions on sample repositories, a live
+    table, stopped after ``--duration`` seconds (sessions keep their state)."""
+    import contextlib
+
+    import orjson
+
+    from workstation.commands.run_cmd import LiveTable, run_summary
+    from workstation.fleet import Fleet, real_agent_factory
+    from workstation.fleet.demo_run import demo_specs, prepare_demo
+
+    settings = load_settings()
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, main_task.cancel)
+    plan = await asyncio.to_thread(
+        prepare_demo, settings.data_dir, sessions=args.sessions, manifest=args.manifest
+    )
+    _say(f"demo '{plan.manifest.name}': {len(plan.sessions)} sessions on "
+         f"{len(plan.repos)} sample repositories in {plan.workdir}")
+    t0 = time.monotonic()
+    async with contextlib.AsyncExitStack() as stack:
+        endpoint = await stack.enter_async_context(engine_endpoint(
+            settings, url=args.endpoint, api_key=args.api_key, model=args.model, progress=_say))
+        http = await stack.enter_async_context(make_http_client())
+        fleet = Fleet(data_dir=settings.data_dir, endpoints=[endpoint],
+                      agent_factory=real_agent_factory(http), http=http,
+                      max_generating=settings.fleet.max_generating, resume_on_start=False)
+        await fleet.start()
+        stack.push_async_callback(fleet.aclose)
+        scope = []
+        for spec in demo_specs(plan, headless=True):
+            made = await fleet.create_session(spec)
+            scope.append(made.session_id)
+        for sid in scope:
+            await fleet.start_session(sid)
+        table = LiveTable(sys.stdout, scope)
+        drawer = asyncio.create_task(table.run(fleet, 1.0 if sys.stdout.isatty() else 10.0, t0),
+                                     name="demo-table")
+        try:
+            async with asyncio.timeout(args.duration):
+                await fleet.wait_settled()
+        except TimeoutError:
+            _say(f"demo duration of {args.duration:g} s reached; stopping the sessions")
+            for sid in scope:
+                await fleet.stop(sid)
+        finally:
+            drawer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await drawer
+        final = [fleet.summary(sid) for sid in scope]
+        wall = time.monotonic() - t0
+        table.draw(final, wall, final_table=True)
+        print(orjson.dumps(run_summary(final, wall)).decode(), flush=True)
+    return 0 if any(s.completion_tokens for s in final) else 1
+
+
 def run_headless_demo(args: argparse.Namespace) -> int:
+    """One streamed answer (the default), or the manifest's agent sessions with --sessions."""
+    runner = _fleet_demo if (args.sessions or 1) > 1 or args.manifest else _demo
     try:
-        return asyncio.run(_demo(args))
+        return asyncio.run(runner(args))
     except asyncio.CancelledError:
         _say("interrupted; engine stopped")
         return 130

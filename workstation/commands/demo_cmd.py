@@ -16,7 +16,10 @@ DEMO_PROMPT = "Write a short Python function is_palindrome(s) with a docstring, 
 def register(subparsers: argparse._SubParsersAction) -> None:
     demo = subparsers.add_parser("demo", help="run the showcase (window, or --headless in the terminal)")
     demo.add_argument("--headless", action="store_true", help="no visible window (default where there is no display)")
-    demo.add_argument("--sessions", type=int, default=1, help="number of sessions (default 1)")
+    demo.add_argument("--sessions", type=int, default=None,
+                      help="agent sessions from the demo manifest (headless default: one streamed answer; "
+                           "window default: the manifest's, 32)")
+    demo.add_argument("--manifest", metavar="FILE.toml", help="demo manifest (default: the shipped one)")
     demo.add_argument("--prompt", default=DEMO_PROMPT, help="what the demo session asks")
     demo.add_argument("--max-tokens", type=int, default=200)
     demo.add_argument("--model", help="smollm2 (default), tiny, or a model directory")
@@ -24,6 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo.add_argument("--api-key", default="", help="API key for --endpoint")
     demo.add_argument("--record", metavar="OUT.mp4", help="record the window to a video file")
     demo.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    demo.add_argument("--size", default=None, help="recording size, e.g. 1280x720 (default: the manifest's)")
     demo.set_defaults(func=_demo)
 
 
