@@ -51,10 +51,14 @@ FILES = {
     "test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
 }
 TASKS = [
-    "Read calc.py, then add a function sub(a, b) that returns a - b to calc.py.",
-    "Read strings.py, then add a function whisper(s) that returns s.lower() to strings.py.",
-    "Read README.md, then write a file NOTES.md with one line describing calc.py.",
-    "Read calc.py, then write a file test_mul.py that tests mul(2, 3) == 6.",
+    "Step 1: call read_file with path calc.py. Step 2: call write_to_file with path calc.py and "
+    "the same code plus a function sub(a, b) returning a - b. Step 3: call attempt_completion.",
+    "Step 1: call read_file with path strings.py. Step 2: call write_to_file with path strings.py "
+    "and the same code plus a function whisper(s) returning s.lower(). Step 3: call attempt_completion.",
+    "Step 1: call read_file with path README.md. Step 2: call write_to_file with path NOTES.md and "
+    "one line describing calc.py. Step 3: call attempt_completion.",
+    "Step 1: call read_file with path calc.py. Step 2: call write_to_file with path test_mul.py and "
+    "a pytest test that mul(2, 3) == 6. Step 3: call attempt_completion.",
 ]
 
 
@@ -96,6 +100,7 @@ async def run(args: argparse.Namespace, endpoint: Endpoint) -> dict:
             tool_calls[e.session_id] = tool_calls.get(e.session_id, 0) + 1
 
     proc = psutil.Process()
+    fds0 = proc.num_fds()
     async with make_http_client() as http:
         before = await scrape(http, endpoint)
         busy = before.gauges.get("running", 0.0) if before else None
@@ -105,7 +110,6 @@ async def run(args: argparse.Namespace, endpoint: Endpoint) -> dict:
         await fleet.start()
         gc.collect()
         rss0 = proc.memory_info().rss
-        fds0 = proc.num_fds()
         made = []
         for i in range(args.sessions):
             spec = SessionSpec(task=TASKS[i % len(TASKS)], repo=str(repo), name=f"s{i + 1:02d}",
@@ -130,10 +134,11 @@ async def run(args: argparse.Namespace, endpoint: Endpoint) -> dict:
         after = await scrape(http, endpoint)
         rows = fleet.sessions()
         events = [await fleet.store.count_events(s.session_id) for s in rows]
-        fds_added = proc.num_fds() - fds0
+        fds_pooled = proc.num_fds() - fds0
         children = len(proc.children(recursive=True))
         peak = fleet.gate.peak_generating
         await fleet.aclose()
+    fds_added = proc.num_fds() - fds0  # after the fleet and the HTTP client are closed
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     generated = sum(r.completion_tokens for r in rows)
@@ -143,6 +148,11 @@ async def run(args: argparse.Namespace, endpoint: Endpoint) -> dict:
     for r in rows:
         states[r.state.value] = states.get(r.state.value, 0) + 1
     calls = [tool_calls.get(r.session_id, 0) for r in rows]
+    reasons: dict[str, int] = {}
+    for r in rows:
+        if r.state is not SessionState.DONE and r.error:
+            key = f"{r.state.value}: {r.error[:90]}"
+            reasons[key] = reasons.get(key, 0) + 1
     return {
         "sessions": len(rows),
         "wall_s": round(wall, 1),
@@ -155,6 +165,7 @@ async def run(args: argparse.Namespace, endpoint: Endpoint) -> dict:
         "tool_calls_mean": round(sum(calls) / len(calls), 1),
         "sessions_with_3_tool_calls": sum(1 for c in calls if c >= 3),
         "states": states,
+        "why_not_done": reasons,
         "done": sum(1 for r in rows if r.state is SessionState.DONE),
         "peak_generating": peak,
         "engine_running_before": busy,
@@ -164,6 +175,7 @@ async def run(args: argparse.Namespace, endpoint: Endpoint) -> dict:
         "mem_kb_per_session_after_run": round((rss_end - rss0) / len(rows) / 1024, 1),
         "events_stored_per_session": round(sum(events) / len(events), 1),
         "open_fds_added": fds_added,
+        "pooled_http_connections": fds_pooled,
         "child_processes_left": children,
         "model": endpoint.model,
     }
