@@ -107,3 +107,10 @@ def test_table_has_totals() -> None:
     assert "2 sessions" in text and "generated 100" in text and "12.5 tok/s" in text
     final = "\n".join(render_table([row("b", SessionState.DONE, 60, 0.0)], 10.0, final_table=True))
     assert "avg 6.0 tok/s" in final
+
+
+def test_long_names_stay_apart() -> None:
+    from workstation.commands.run_cmd import _fit
+
+    a, b = _fit("step-1-call-read-file-with-path-1", 20), _fit("step-1-call-read-file-with-path-2", 20)
+    assert a != b and len(a) == 20 and a.endswith("path-1")

@@ -245,6 +245,14 @@ class LiveTable:
         self._lines = len(lines) if self.tty and not final_table else 0
 
 
+def _fit(text: str, width: int) -> str:
+    """Shorten in the middle, so names that differ only at the end (-1, -2 …) stay apart."""
+    if len(text) <= width:
+        return text
+    tail = max(4, width // 3)
+    return text[: width - tail - 1] + "…" + text[-tail:]
+
+
 def render_table(rows: list[SessionSummary], elapsed_s: float, *, color: bool = False,
                  final_table: bool = False, max_rows: int = 64) -> list[str]:
     name_w = min(max([7, *(len(r.name) for r in rows)]), 32)
@@ -256,7 +264,7 @@ def render_table(rows: list[SessionSummary], elapsed_s: float, *, color: bool = 
         state = f"{r.state.label:<17}"
         if color and r.state in _COLOR:
             state = f"\x1b[{_COLOR[r.state]}m{state}\x1b[0m"
-        lines.append(f"{r.name[:name_w]:<{name_w}}  {state} {r.prompt_tokens:>8} {r.completion_tokens:>7} "
+        lines.append(f"{_fit(r.name, name_w):<{name_w}}  {state} {r.prompt_tokens:>8} {r.completion_tokens:>7} "
                      f"{r.cached_tokens:>8} {rate:>7.1f}  {r.endpoint_name}")
     if len(rows) > len(shown):
         lines.append(f"… and {len(rows) - len(shown)} more")
