@@ -515,3 +515,16 @@ def test_recording_cut_off_still_plays(tmp_path, mode) -> None:
     if mode != "kill-all":
         with av.open(str(path)) as container:  # closed properly: the muxer wrote its index
             assert container.duration is not None and container.duration > 2_000_000
+
+
+def test_recording_falls_back_to_vp9_where_h264_is_missing(tmp_path, monkeypatch):
+    """A bundle without GPL code has no working x264: the recording is VP9 instead."""
+    import av
+
+    from workstation.ui.recorder.encoder import EncoderCore
+    from workstation.ui.recorder.options import RecordingOptions, VideoCodec
+
+    monkeypatch.setattr(av, "codecs_available", set(av.codecs_available) - {"libx264"})
+    core = EncoderCore(RecordingOptions(path=tmp_path / "out.mp4", size_px=(320, 240)), 320, 240)
+    assert core.options.codec is VideoCodec.VP9
+    core.close(None)

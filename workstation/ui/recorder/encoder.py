@@ -24,7 +24,7 @@ import os
 import signal
 import struct
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 from pathlib import Path
 
@@ -97,7 +97,15 @@ class EncoderCore:
         self._last: av.VideoFrame | None = None
         self._next_slot = 0
         self._rate = Fraction(options.fps).limit_denominator(1001)
-        self._container, self._stream = self._open()
+        try:
+            self._container, self._stream = self._open()
+        except UserError:
+            if options.codec is not VideoCodec.H264 or options.container is Container.WEBM:
+                raise
+            # A bundle without GPL code carries no working x264: record VP9 instead.
+            logging.getLogger(__name__).warning("H.264 encoder unavailable; recording VP9 instead")
+            self.options = replace(options, codec=VideoCodec.VP9)
+            self._container, self._stream = self._open()
 
     def _open(self):
         options = self.options
