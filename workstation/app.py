@@ -105,6 +105,7 @@ class Application:
         self.fleet = None
         self.bridge = None
         self.meters = None
+        self.recorder = None
         self.window = None
         self._shutdown = asyncio.Event()
         self._accepting = True
@@ -178,8 +179,48 @@ class Application:
 
             self.sessions = ChatSessions(self.window, None)
             self.window.commands = self.sessions
+        self._install_recorder()
         self.window.resize(1600, 960)
         self.window.show()
+
+    def _install_recorder(self) -> None:
+        """The recorder's REC button (Ctrl+R) in its toolbar slot, its timer in the status bar;
+        the caption shows live sessions, tok/s and the saving against the API."""
+        try:
+            from workstation.ui.recorder import (
+                OverlayValues,
+                Recorder,
+                RecordingIndicator,
+                RecordingOptions,
+                create_record_action,
+                default_recording_path,
+            )
+        except ImportError:
+            return
+        window = self.window
+        recorder = Recorder(parent=window)
+
+        def options() -> RecordingOptions:
+            return RecordingOptions(path=default_recording_path(self.settings.recordings_dir), overlay=True)
+
+        def overlay() -> OverlayValues:
+            from workstation.core.session_state import SessionState
+
+            states = [p.info.state for p in window.panes.values()]
+            cost = getattr(window.meters_strip, "last_cost", None) if hasattr(window, "meters_strip") else None
+            return OverlayValues(
+                sessions=len(states),
+                sessions_running=sum(1 for st in states if st is SessionState.RUNNING),
+                tokens_per_s=sum(p.display_rate() for p in window.panes.values()),
+                savings_pct=getattr(cost, "savings_pct", None),
+                note=self.engine.view().model or None,
+            )
+
+        action = create_record_action(recorder, window, options, overlay_source=overlay,
+                                      on_error=window.show_error, parent=window)
+        window.install_record_action(action)
+        window.statusBar().addPermanentWidget(RecordingIndicator(recorder))
+        self.recorder = recorder
 
     def _on_endpoint(self, endpoint: Any) -> None:
         if endpoint is None or not self._accepting:
@@ -278,6 +319,10 @@ class Application:
             for action in (window.new_action, window.start_all_action, window.approve_all_action):
                 action.setEnabled(False)
             window.commands = None
+        if self.recorder is not None and getattr(self.recorder.state, "value", "") in ("starting", "recording"):
+            with contextlib.suppress(Exception):
+                self.recorder.stop()
+                await asyncio.wait_for(self.recorder.wait_async(), 15)
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:

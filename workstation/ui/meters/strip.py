@@ -91,6 +91,7 @@ class MeterStrip(QFrame):
         row.addStretch(1)
         self._engine_rate: float | None = None
         self._stream_rate: float | None = None
+        self.last_cost: Any = None
 
     # ----- telemetry events -----
     def on_gpu(self, snap: Any) -> None:
@@ -127,6 +128,7 @@ class MeterStrip(QFrame):
         self.spark.add(rate)
 
     def on_cost(self, cost: Any) -> None:
+        self.last_cost = cost
         if cost.self_host_usd_per_m_tokens is None or cost.api_usd_per_m_tokens is None:
             note = cost.notes[0] if cost.notes else "cost: waiting for tokens"
             self.cost.setText(note)
