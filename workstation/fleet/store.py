@@ -186,7 +186,10 @@ class Store:
                 self._conn = None
 
     async def _call(self, fn: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        except sqlite3.Error as exc:  # a full disk, an I/O error: a plain message, not a traceback
+            raise StoreError(f"the session store {self.path} cannot be used: {exc}") from exc
 
     # ----- events and queued writes -----
     def append_event(self, session_id: str, kind: str, payload: dict[str, Any] | bytes) -> int:
@@ -232,6 +235,8 @@ class Store:
         self._wake.set()
         async with self._flushed:
             while self._flushed_upto < target:
+                if isinstance(self._write_error, StoreError):
+                    raise StoreError(str(self._write_error))
                 if self._write_error is not None:
                     raise StoreError(f"the session store cannot be written: {self._write_error}")
                 await self._flushed.wait()
@@ -276,7 +281,7 @@ class Store:
                 batch, count = self._take()
                 try:
                     await self._call(self._write_batch, batch)
-                except (sqlite3.Error, OSError) as exc:
+                except (StoreError, OSError) as exc:
                     log.error("store write failed (%d writes kept for retry): %s", count, exc)
                     self._write_error = exc
                     self._give_back(batch, count)
