@@ -242,7 +242,7 @@ def run(args: argparse.Namespace) -> dict:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtWidgets import QApplication
 
-    from workstation.app import install_qt_logging, make_event_loop
+    from workstation.app import install_qt_logging, make_event_loop, settle_garbage_collector
     from workstation.config import load_settings
     from workstation.ui.chat_backend import ChatSessions
     from workstation.ui.main_window import MainWindow
@@ -271,6 +271,7 @@ def run(args: argparse.Namespace) -> dict:
         window.commands = sessions
         window.resize(1920, 1080)
         window.show()
+        settle_garbage_collector()  # as the app does once its window is up
         with loop:
             result = loop.run_until_complete(_bench(args, window, sessions, port))
             window.allow_close()

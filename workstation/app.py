@@ -262,6 +262,7 @@ class Application:
         self.window.attach_bridge(self.bridge)
         await fleet.start()
         await self.bridge.load_existing()
+        settle_garbage_collector()
         commands = FleetCommands(fleet, self.bridge)
         await commands.refresh_recent()
         self.window.commands = commands
@@ -359,14 +360,74 @@ def install_asyncgen_hooks(loop: asyncio.AbstractEventLoop) -> None:
     )
 
 
-def make_event_loop(app: Any) -> asyncio.AbstractEventLoop:
-    """The qasync loop on the Qt application, set as the current loop, with the hooks."""
+class _CancellableHandle(asyncio.Handle):
+    """A qasync timer callback whose ``cancel()`` also kills its Qt timer.
+
+    qasync 0.28 keeps a cancelled ``call_later`` handle, and its Qt timer, until the delay
+    runs out. httpx arms a read timeout (120 s) around every socket read and cancels it
+    when data comes, so at 12,000 tokens/s some 2,000 dead timers a second piled up —
+    23,000 handles after 11 s, hundreds of thousands at steady state — each one kept in
+    Qt's timer list and walked by every full garbage collection."""
+
+    __slots__ = ("_qt_timer", "_qt_timer_id")
+
+    def cancel(self) -> None:
+        super().cancel()
+        timer = getattr(self, "_qt_timer", None)
+        if timer is not None:
+            self._qt_timer = None
+            timer.forget(self._qt_timer_id)
+
+
+def _make_timer() -> Any:
     import qasync
 
-    loop = qasync.QEventLoop(app)
+    class CancellableTimer(qasync._SimpleTimer):  # type: ignore[name-defined]
+        def add_callback(self, handle: asyncio.Handle, delay: float = 0) -> asyncio.Handle:
+            super().add_callback(handle, delay)
+            if isinstance(handle, _CancellableHandle):
+                callbacks = self._SimpleTimer__callbacks  # type: ignore[attr-defined]
+                handle._qt_timer_id = next(k for k in reversed(callbacks) if callbacks[k] is handle)
+                handle._qt_timer = self
+            return handle
+
+        def forget(self, timer_id: int) -> None:
+            callbacks = self._SimpleTimer__callbacks  # type: ignore[attr-defined]
+            if callbacks.pop(timer_id, None) is not None:
+                self.killTimer(timer_id)
+
+    return CancellableTimer()
+
+
+def make_event_loop(app: Any) -> asyncio.AbstractEventLoop:
+    """The qasync loop on the Qt application, set as the current loop, with asyncio's
+    async-generator hooks and timers that really go away when cancelled."""
+    import qasync
+
+    class AppEventLoop(qasync.QEventLoop):  # type: ignore[misc]
+        def call_later(self, delay: float, callback: Any, *args: Any, context: Any = None) -> asyncio.Handle:
+            if not callable(callback) or asyncio.iscoroutinefunction(callback):
+                return super().call_later(delay, callback, *args, context=context)
+            if delay <= 0:
+                return super().call_later(delay, callback, *args, context=context)
+            return self._add_callback(_CancellableHandle(callback, args, self, context=context), delay)
+
+    loop = AppEventLoop(app)
+    loop._timer = _make_timer()
     asyncio.set_event_loop(loop)
     install_asyncgen_hooks(loop)
     return loop
+
+
+def settle_garbage_collector() -> None:
+    """After start-up: collect once and move what survived (Qt, modules, the window) out of
+    the collector's reach (``gc.freeze``), so the full collections that still come scan
+    only what the session made since; measured, the longest pause went from 130 to 80 ms
+    with 32 live panes."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
 
 
 def run_gui(args: argparse.Namespace | None = None) -> int:

@@ -59,7 +59,7 @@ class TailView(QWidget):
         self.drawn_revision = -1
         self.empty_text = ""
         self._rows: list[tuple[int, int, Line]] = []  # (top y, bottom y, line) drawn last paint
-        self._statics: dict[int, tuple[list[str], list[QStaticText | None]]] = {}
+        self._statics: dict[int, tuple[tuple[str, ...], list[QStaticText | None]]] = {}
         """Laid-out rows per line uid, kept for the lines drawn in the last paint."""
         self._metrics_key = ""
         self._metrics_cache = (12, 7)
@@ -131,7 +131,7 @@ class TailView(QWidget):
         # bottom once it fills the view.
         capacity = max(1, (self.height() - 2 * MARGIN_PX) // row_h)
         want = capacity + self.scroll_rows
-        picked: list[tuple[Line, list[str], list[str]]] = []
+        picked: list[tuple[Line, tuple[str, ...], list[str]]] = []
         total = 0
         index = len(lines) - 1
         while index >= 0 and total < want:
@@ -147,7 +147,7 @@ class TailView(QWidget):
         y = MARGIN_PX
         bottom = MARGIN_PX + capacity * row_h
         old = self._statics
-        statics: dict[int, tuple[list[str], list[QStaticText | None]]] = {}
+        statics: dict[int, tuple[tuple[str, ...], list[QStaticText | None]]] = {}
         placed: list[tuple[int, int, Line]] = []
         for line, segs, detail in reversed(picked):
             n = len(segs)
@@ -210,13 +210,13 @@ class TailView(QWidget):
             rows.extend("  " + seg for seg in wrap_line(part, cols - 2))
         return rows
 
-    def _wrapped(self, line: Line, cols: int) -> list[str]:
+    def _wrapped(self, line: Line, cols: int) -> tuple[str, ...]:
         key = (cols, len(line.text), line.expanded)
         if line.wrap_key != key:
             text = line.text
             if line.detail and line.expanded:
                 text = expanded_text(text)
-            line.wrapped = wrap_line(text, cols)
+            line.wrapped = tuple(wrap_line(text, cols))
             line.wrap_key = key
         return line.wrapped
 

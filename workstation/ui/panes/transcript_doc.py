@@ -63,8 +63,9 @@ class Line:
         """Lines shown under a tool line when expanded (arguments, output)."""
         self.expanded = False
         self.tool = tool
-        self.wrap_key: tuple[int, int] | None = None  # (cols, len(text)) of the cached wrap
-        self.wrapped: list[str] = []
+        self.wrap_key: tuple[int, int, bool] | None = None  # (cols, len(text), expanded) of the wrap
+        self.wrapped: tuple[str, ...] = ()
+        """Cached rows; a tuple of str, which the garbage collector stops tracking."""
 
     @property
     def expandable(self) -> bool:
