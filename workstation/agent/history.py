@@ -72,6 +72,30 @@ class AgentSnapshot:
         )
 
 
+def valid_text(text: str) -> str:
+    """``text`` as valid Unicode: bytes that were not UTF-8 (a file name, command output read
+    with ``surrogateescape``) become ``\\xNN``, so the text can be sent, stored and shown."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        try:
+            return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        except UnicodeEncodeError:
+            return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def valid_message(value: Any) -> Any:
+    """A message (or part of one) with every string made :func:`valid_text`."""
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, dict):
+        return {k: valid_message(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [valid_message(v) for v in value]
+    return value
+
+
 def message_json(message: Message) -> str:
     return orjson.dumps(message).decode()
 

@@ -37,6 +37,9 @@ class PathJail:
 
     def resolve(self, path: str, *, for_write: bool = False) -> Path:
         """The real path ``path`` names inside the root; raises :class:`JailError` otherwise."""
+        if not os.path.isdir(self._root_s):  # deleted under the session: never re-create it
+            raise JailError(f"the session's directory {self._root_s} no longer exists; "
+                            "files cannot be read or written")
         if not isinstance(path, str):
             raise JailError(f"path must be a string, got {type(path).__name__}")
         text = path.strip()

@@ -21,6 +21,7 @@ from workstation.agent.config import AgentConfig
 from workstation.agent.context import facts_summary
 from workstation.agent.history import (
     AgentSnapshot, Message, estimate_tokens, message_json, messages_json, repair_history,
+    valid_message, valid_text,
 )
 from workstation.agent.jail import JailError, PathJail
 from workstation.agent.outcome import STATE_AFTER, AgentOutcome, TurnFailed, protocol_of
@@ -292,6 +293,7 @@ class Agent:
         self._emit(ev.AgentStateChanged(self.session_id, old, new, detail))
 
     def _append(self, message: Message) -> None:
+        message = valid_message(message)  # a file name that is not UTF-8 must not break JSON
         self._messages.append(message)
         self._emit(ev.MessageAppended(self.session_id, len(self._messages) - 1, message["role"],
                                       message_json(message)))
@@ -503,6 +505,7 @@ class Agent:
     def _finish_call(self, call: RawCall, args: dict[str, Any], status: str, text: str,
                      started: float | None = None) -> None:
         assert self._protocol is not None
+        text = valid_text(text)
         self._append(tool_result_message(self._protocol, call, args, text))
         duration = time.monotonic() - started if started is not None else 0.0
         self._emit(ev.ToolCallFinished(self.session_id, call.id, call.name, status, text, duration))

@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 class WorkspaceOps:
     def _workspace(self: Fleet, session_id: str) -> review.Workspace:
         rec = self._rec(session_id)
+        for what, path in (("repository", rec.repo_path), ("worktree", rec.worktree_path)):
+            if not Path(path).is_dir():  # deleted under the session: say so, not a git traceback
+                raise UserError(f"the {what} of {rec.name} is gone ({path})",
+                                hint="remove the session, or create it again")
         return review.Workspace(Path(rec.repo_path), Path(rec.worktree_path), rec.branch,
                                 rec.base_branch, rec.start_commit, rec.spec.shared_links)
 
