@@ -391,6 +391,14 @@ def _make_timer() -> Any:
                 handle._qt_timer = self
             return handle
 
+        def timerEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+            # Fired: the handle no longer owns this id, so a cancel() after firing (as
+            # asyncio.sleep does) can never kill another timer, even where ids are reused.
+            handle = self._SimpleTimer__callbacks.get(event.timerId())  # type: ignore[attr-defined]
+            if isinstance(handle, _CancellableHandle):
+                handle._qt_timer = None
+            super().timerEvent(event)
+
         def forget(self, timer_id: int) -> None:
             callbacks = self._SimpleTimer__callbacks  # type: ignore[attr-defined]
             if callbacks.pop(timer_id, None) is not None:
