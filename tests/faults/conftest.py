@@ -102,9 +102,10 @@ def agent_overrides(data_dir: Path, **more: Any) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def running_fleet(data_dir: Path, endpoint: Endpoint, http: httpx.AsyncClient, *,
-                        max_generating: int = 32, **overrides: Any) -> AsyncIterator[Fleet]:
+                        max_generating: int = 32, context_window_tokens: int = 16_384,
+                        **overrides: Any) -> AsyncIterator[Fleet]:
     fleet = Fleet(data_dir=data_dir, endpoints=[endpoint], http=http, max_generating=max_generating,
-                  agent_factory=real_agent_factory(http, context_window_tokens=16_384,
+                  agent_factory=real_agent_factory(http, context_window_tokens=context_window_tokens,
                                                    overrides=agent_overrides(data_dir, **overrides)),
                   engine_poll_s=0.2)
     await fleet.start()
