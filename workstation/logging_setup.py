@@ -62,6 +62,7 @@ def setup_logging(*, verbose: bool = False) -> None:
     logs = default_data_dir() / "logs"
     try:
         logs.mkdir(parents=True, exist_ok=True)
+        logs.chmod(0o700)  # logs are private to the user, like the settings file
         handler = logging.handlers.RotatingFileHandler(
             logs / "workstation.log", maxBytes=5_000_000, backupCount=3, encoding="utf-8"
         )

@@ -63,3 +63,21 @@ def test_stored_transcript_events_are_scrubbed_and_still_decode() -> None:
 def test_settings_file_is_private(tmp_path: Path) -> None:
     path = save_settings(Settings(data_dir=tmp_path))
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_app_logging_is_private_and_scrubbed(tmp_path: Path) -> None:
+    """The app's own logging set-up (a child process: it configures the root logger)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import logging; from workstation.logging_setup import setup_logging; setup_logging(); "
+            f"logging.getLogger('workstation.test').warning('engine answered with key %s', {KEY!r})")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "WORKSTATION_DATA_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    logs = tmp_path / "logs"
+    assert stat.S_IMODE(logs.stat().st_mode) == 0o700
+    text = (logs / "workstation.log").read_text()
+    assert "engine answered with key [REDACTED:openai-key]" in text and KEY not in text
+    assert KEY not in proc.stderr and "[REDACTED:openai-key]" in proc.stderr
