@@ -20,6 +20,17 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from workstation.core.endpoints import Endpoint  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _restore_environment() -> Iterator[None]:
+    """A test that runs the CLI in-process (``--data-dir`` sets ``WORKSTATION_DATA_DIR``)
+    must not move later tests' data directory: the environment is put back after each."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def _external(prefix: str) -> Endpoint | None:
     url = os.environ.get(f"{prefix}_URL")
     if not url:
