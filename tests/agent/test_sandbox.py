@@ -179,9 +179,20 @@ def test_mount_plan_hides_data_and_siblings_and_rebinds_the_own_root(tmp_path: P
     paths = [m.path for m in plan]
     assert Mount("hide", str(data)) in plan and Mount("rw", str(own)) in plan
     assert paths.index(str(data)) < paths.index(str(own))  # the own root lands on top
-    for secret in (home / ".ssh", home / ".config" / "gh", home / ".netrc", sibling):
+    for secret in (home / ".ssh", home / ".config" / "gh", home / ".netrc"):
         assert Mount("hide", str(secret)) in plan
     assert Mount("hide", str(own)) not in plan
+    assert Mount("hide", str(sibling)) not in plan  # inside the hidden data dir already
+    elsewhere = tmp_path / "elsewhere" / "s3"  # a live session outside the data dir
+    elsewhere.mkdir(parents=True)
+    sb.register_session_root(elsewhere)
+    nested = own / "vendor" / "s4"  # a session inside this one's tree
+    nested.mkdir(parents=True)
+    sb.register_session_root(nested)
+    plan = mount_plan(SandboxPolicy(app_data_dirs=(str(data),)), str(own), home=str(home))
+    assert Mount("hide", str(elsewhere)) in plan and Mount("hide", str(nested)) in plan
+    paths = [m.path for m in plan]
+    assert paths.index(str(own)) < paths.index(str(nested))  # covered after the own root is bound
 
 
 def test_settings_section_becomes_the_policy(tmp_path: Path) -> None:

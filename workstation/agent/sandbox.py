@@ -292,7 +292,13 @@ def hidden_paths(policy: SandboxPolicy, root: str, *, home: str | None = None) -
         if real in ("/", root) or real in out or not os.path.lexists(real):
             continue
         out.append(real)  # an ancestor of ``root`` too: the root is bound again on top of it
-    return out
+
+    def under(path: str, top: str) -> bool:
+        return path.startswith(top.rstrip("/") + "/")
+
+    # a path inside another hidden one is hidden already (covering it again would only make
+    # its name appear as an empty folder), unless it lies inside the session's own root
+    return [p for p in out if under(p, root) or not any(q != p and under(p, q) for q in out)]
 
 
 def mount_plan(policy: SandboxPolicy, root: str, *, home: str | None = None) -> list[Mount]:
