@@ -98,13 +98,30 @@ class FleetUI:
     commands: Any
     server: ScriptedServer
     repo: Path
+    closed: bool = False
 
     async def wait(self, until: Callable[[], bool], timeout_s: float = 20.0) -> None:
         await wait_until(until, timeout_s)
 
     def play(self, body: Callable[[], Any]) -> Any:
-        """Run the async test body on the loop."""
-        return run(self.loop, body())
+        """Run the async test body on the loop, then close the services in the same run:
+        no gap in which Qt could step a service's task with the loop not running."""
+
+        async def whole() -> Any:
+            try:
+                return await body()
+            finally:
+                await self.close()
+
+        return run(self.loop, whole())
+
+    async def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        await self.window.tasks.aclose()
+        await asyncio.wait_for(self.fleet.aclose(), 30)
+        self.bridge.close()
 
     async def create(self, count: int = 1, *, auto_approve: str = "ask", task: str = "Fix add() in calc.py"
                      ) -> list[str]:
@@ -163,9 +180,7 @@ def fleet_ui(qtbot, qloop, settings, calc_repo: Path) -> Iterator[FleetUI]:  # t
         try:
             yield ui
         finally:
-            run(qloop, window.tasks.aclose())
-            run(qloop, asyncio.wait_for(fleet.aclose(), 30))
-            bridge.close()
+            run(qloop, ui.close())
             run(qloop, http.aclose())
             window.allow_close()
             window.close()

@@ -152,7 +152,7 @@ def test_double_click_zooms_and_tool_line_expands(qtbot, fleet_ui: FleetUI) -> N
         await ui.wait(lambda: ui.state(sid) is S.DONE)
         pane = ui.window.panes[sid]
         ui.window.flush()
-        qtbot.waitUntil(lambda: not pane.view.stale)
+        await ui.wait(lambda: not pane.view.stale)
         tool = next(line for line in pane.doc.lines if line.style is LineStyle.TOOL)
         top = next(y for y, _end, line in pane.view._rows if line is tool)
         qtbot.mouseClick(pane.view, Qt.MouseButton.LeftButton, pos=pane.view.rect().topLeft() + _point(10, top + 2))
