@@ -420,6 +420,12 @@ def make_event_loop(app: Any) -> asyncio.AbstractEventLoop:
                 return super().call_later(delay, callback, *args, context=context)
             return self._add_callback(_CancellableHandle(callback, args, self, context=context), delay)
 
+    if not hasattr(qasync, "_SimpleTimer"):  # a qasync without the internals patched here
+        log.warning("qasync %s: cancelled timers stay until they expire", getattr(qasync, "__version__", "?"))
+        loop = qasync.QEventLoop(app)
+        asyncio.set_event_loop(loop)
+        install_asyncgen_hooks(loop)
+        return loop
     loop = AppEventLoop(app)
     loop._timer = _make_timer()
     asyncio.set_event_loop(loop)
