@@ -19,10 +19,15 @@ import os
 import signal
 import socket
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from workstation.config import Settings, load_settings
 from workstation.core.errors import UserError
+from workstation.ui.event_loop import make_event_loop, settle_garbage_collector
+
+__all__ = ["Application", "install_qt_logging", "make_event_loop", "run_gui", "settle_garbage_collector"]
 
 log = logging.getLogger("workstation.app")
 qt_log = logging.getLogger("workstation.qt")
@@ -87,6 +92,19 @@ class SignalWakeup:
         self._wsock.close()
 
 
+@dataclass(frozen=True, slots=True)
+class DemoRequest:
+    """``workstation demo`` in the window: the manifest's sessions, optionally recorded."""
+
+    sessions: int | None = None
+    manifest: str | None = None
+    record: Path | None = None
+    duration_s: float | None = None
+    size_px: tuple[int, int] | None = None
+    headless: bool = False
+    """Nobody watches (offscreen): approvals are refused back to the agents, never waited on."""
+
+
 class Application:
     """Owns every service for one run of the window.
 
@@ -94,8 +112,11 @@ class Application:
     runs plain streamed chats (``first_prompt`` opens one as soon as the engine is ready).
     """
 
-    def __init__(self, settings: Settings, *, use_fleet: bool = True, first_prompt: str | None = None) -> None:
+    def __init__(self, settings: Settings, *, use_fleet: bool = True, first_prompt: str | None = None,
+                 demo: DemoRequest | None = None) -> None:
         self.settings = settings
+        self.demo = demo
+        self._overlay: Any = None
         self.use_fleet = use_fleet
         self.first_prompt = first_prompt
         self.exit_code = 0
@@ -180,7 +201,10 @@ class Application:
             self.sessions = ChatSessions(self.window, None)
             self.window.commands = self.sessions
         self._install_recorder()
-        self.window.resize(1600, 960)
+        if self.demo is not None and self.demo.record is not None:
+            self.window.resize(1920, 1080)  # recorded as a 1080p screen, scaled to the output size
+        else:
+            self.window.resize(1600, 960)
         self.window.show()
 
     def _install_recorder(self) -> None:
@@ -216,6 +240,7 @@ class Application:
                 note=self.engine.view().model or None,
             )
 
+        self._overlay = overlay
         action = create_record_action(recorder, window, options, overlay_source=overlay,
                                       on_error=window.show_error, parent=window)
         window.install_record_action(action)
@@ -268,7 +293,40 @@ class Application:
         self.window.commands = commands
         self.ready.set()
         log.info("fleet ready: %d session(s)", len(self.window.panes))
+        if self.demo is not None:
+            self._spawn(self._run_demo(), "demo")
         await self._build_meters(endpoint)
+
+    async def _run_demo(self) -> None:
+        """Create and start the manifest's sessions; record them for the duration asked."""
+        from workstation.fleet.demo_run import demo_specs, prepare_demo
+
+        demo = self.demo
+        assert demo is not None and self.fleet is not None
+        plan = await asyncio.to_thread(prepare_demo, self.settings.data_dir, sessions=demo.sessions,
+                                       manifest=demo.manifest)
+        log.info("demo '%s': %d sessions in %s", plan.manifest.name, len(plan.sessions), plan.workdir)
+        for spec in demo_specs(plan, headless=demo.headless):
+            made = await self.fleet.create_session(spec)
+            await self.fleet.start_session(made.session_id)
+        if demo.record is not None and self.recorder is not None:
+            from workstation.ui.recorder import RecordingOptions
+
+            overrides: dict[str, Any] = {"duration_s": demo.duration_s}
+            if demo.size_px is not None:
+                overrides["size_px"] = demo.size_px
+            options = RecordingOptions.from_demo(plan.manifest.recording, demo.record, **overrides)
+            self.recorder.start(self.window, options, overlay_source=self._overlay)
+            result = await self.recorder.wait_async()
+            print(f"recorded {result.path}: {result.frames_written} frames "
+                  f"({result.frames_dropped} dropped, {result.frames_repeated} repeated)"
+                  + (f"; error: {result.error}" if result.error else ""), file=sys.stderr, flush=True)
+            self.exit_code = 0 if result.error is None else 1
+            if demo.duration_s is not None:
+                self.request_shutdown("(demo recorded)")
+        elif demo.duration_s is not None:
+            await asyncio.sleep(demo.duration_s)
+            self.request_shutdown("(demo duration reached)")
 
     async def _build_meters(self, endpoint: Any) -> None:
         try:
@@ -350,100 +408,6 @@ class Application:
             window.close()
 
 
-def install_asyncgen_hooks(loop: asyncio.AbstractEventLoop) -> None:
-    """qasync 0.28 does not install asyncio's async-generator hooks, so an httpx stream
-    generator collected mid-iteration is closed synchronously ("async generator ignored
-    GeneratorExit"). Install the loop's own hooks, as ``BaseEventLoop.run_forever`` does."""
-    sys.set_asyncgen_hooks(
-        firstiter=loop._asyncgen_firstiter_hook,  # type: ignore[attr-defined]
-        finalizer=loop._asyncgen_finalizer_hook,  # type: ignore[attr-defined]
-    )
-
-
-class _CancellableHandle(asyncio.Handle):
-    """A qasync timer callback whose ``cancel()`` also kills its Qt timer.
-
-    qasync 0.28 keeps a cancelled ``call_later`` handle, and its Qt timer, until the delay
-    runs out. httpx arms a read timeout (120 s) around every socket read and cancels it
-    when data comes, so at 12,000 tokens/s some 2,000 dead timers a second piled up —
-    23,000 handles after 11 s, hundreds of thousands at steady state — each one kept in
-    Qt's timer list and walked by every full garbage collection."""
-
-    __slots__ = ("_qt_timer", "_qt_timer_id")
-
-    def cancel(self) -> None:
-        super().cancel()
-        timer = getattr(self, "_qt_timer", None)
-        if timer is not None:
-            self._qt_timer = None
-            timer.forget(self._qt_timer_id)
-
-
-def _make_timer() -> Any:
-    import qasync
-
-    class CancellableTimer(qasync._SimpleTimer):  # type: ignore[name-defined]
-        def add_callback(self, handle: asyncio.Handle, delay: float = 0) -> asyncio.Handle:
-            super().add_callback(handle, delay)
-            if isinstance(handle, _CancellableHandle):
-                callbacks = self._SimpleTimer__callbacks  # type: ignore[attr-defined]
-                handle._qt_timer_id = next(k for k in reversed(callbacks) if callbacks[k] is handle)
-                handle._qt_timer = self
-            return handle
-
-        def timerEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
-            # Fired: the handle no longer owns this id, so a cancel() after firing (as
-            # asyncio.sleep does) can never kill another timer, even where ids are reused.
-            handle = self._SimpleTimer__callbacks.get(event.timerId())  # type: ignore[attr-defined]
-            if isinstance(handle, _CancellableHandle):
-                handle._qt_timer = None
-            super().timerEvent(event)
-
-        def forget(self, timer_id: int) -> None:
-            callbacks = self._SimpleTimer__callbacks  # type: ignore[attr-defined]
-            if callbacks.pop(timer_id, None) is not None:
-                self.killTimer(timer_id)
-
-    return CancellableTimer()
-
-
-def make_event_loop(app: Any) -> asyncio.AbstractEventLoop:
-    """The qasync loop on the Qt application, set as the current loop, with asyncio's
-    async-generator hooks and timers that really go away when cancelled."""
-    import qasync
-
-    class AppEventLoop(qasync.QEventLoop):  # type: ignore[misc]
-        def call_later(self, delay: float, callback: Any, *args: Any, context: Any = None) -> asyncio.Handle:
-            if not callable(callback) or asyncio.iscoroutinefunction(callback):
-                return super().call_later(delay, callback, *args, context=context)
-            if delay <= 0:
-                return super().call_later(delay, callback, *args, context=context)
-            return self._add_callback(_CancellableHandle(callback, args, self, context=context), delay)
-
-    if not hasattr(qasync, "_SimpleTimer"):  # a qasync without the internals patched here
-        log.warning("qasync %s: cancelled timers stay until they expire", getattr(qasync, "__version__", "?"))
-        loop = qasync.QEventLoop(app)
-        asyncio.set_event_loop(loop)
-        install_asyncgen_hooks(loop)
-        return loop
-    loop = AppEventLoop(app)
-    loop._timer = _make_timer()
-    asyncio.set_event_loop(loop)
-    install_asyncgen_hooks(loop)
-    return loop
-
-
-def settle_garbage_collector() -> None:
-    """After start-up: collect once and move what survived (Qt, modules, the window) out of
-    the collector's reach (``gc.freeze``), so the full collections that still come scan
-    only what the session made since; measured, the longest pause went from 130 to 80 ms
-    with 32 live panes."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
-
-
 def run_gui(args: argparse.Namespace | None = None) -> int:
     """Open the window; returns the exit status."""
     from PySide6.QtWidgets import QApplication
@@ -451,6 +415,14 @@ def run_gui(args: argparse.Namespace | None = None) -> int:
     from workstation.ui.theme import apply_theme
 
     settings = load_settings()
+    demo = demo_request(args, settings) if args is not None and args.func is not None else None
+    if demo is not None and getattr(args, "endpoint", None):
+        engine = settings.engine.model_copy(update={
+            "external_url": args.endpoint, "external_api_key": args.api_key or "",
+            "external_model": args.model})
+        settings = settings.model_copy(update={"engine": engine})
+    elif demo is not None and getattr(args, "model", None):
+        settings = settings.model_copy(update={"engine": settings.engine.model_copy(update={"model": args.model})})
     install_qt_logging()
     app = QApplication.instance() or QApplication(sys.argv[:1])
     app.setApplicationName("workstation")
@@ -458,7 +430,7 @@ def run_gui(args: argparse.Namespace | None = None) -> int:
     app.setDesktopFileName("org.workstation.Workstation")
     apply_theme(app, settings.ui.theme)
     loop = make_event_loop(app)
-    application = Application(settings)
+    application = Application(settings, demo=demo)
     wakeup = SignalWakeup(lambda signum: application.request_shutdown(f"(signal {signum})"))
     app.aboutToQuit.connect(lambda: application.request_shutdown("(application quit)"))
     try:
@@ -469,3 +441,19 @@ def run_gui(args: argparse.Namespace | None = None) -> int:
         wakeup.close()
     log.info("window closed (exit %s, pid %s)", code, os.getpid())
     return code
+
+
+def demo_request(args: argparse.Namespace, settings: Settings) -> DemoRequest:
+    """The window side of ``workstation demo`` (see ``commands/demo_cmd.py``)."""
+    size = None
+    if getattr(args, "size", None):
+        try:
+            w, h = (int(v) for v in args.size.lower().replace("×", "x").split("x"))
+        except ValueError:
+            raise UserError(f"--size must look like 1280x720, not {args.size!r}") from None
+        size = (w - w % 2, h - h % 2)
+    record = Path(args.record).expanduser().resolve() if getattr(args, "record", None) else None
+    if record is not None and record.parent and not record.parent.is_dir():
+        raise UserError(f"cannot record to {record}: folder {record.parent} does not exist")
+    return DemoRequest(sessions=args.sessions, manifest=args.manifest, record=record,
+                       duration_s=args.duration, size_px=size, headless=bool(args.headless))

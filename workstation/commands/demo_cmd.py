@@ -36,10 +36,17 @@ def has_display() -> bool:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    if args.headless or not has_display():
+    headless = args.headless or not has_display()
+    if headless and not args.record:
         from workstation.headless import run_headless_demo
 
         return run_headless_demo(args)
+    if headless:
+        # Recording needs the window: draw it offscreen (real pixels, no screen needed).
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+        args.headless = True
+        if args.duration is None:
+            args.duration = 60.0
     from workstation.app import run_gui
 
     return run_gui(args)

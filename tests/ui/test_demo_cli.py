@@ -1,0 +1,47 @@
+"""``workstation demo`` end to end, as a user runs it (subprocesses, real engine)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = [pytest.mark.gui, pytest.mark.engine, pytest.mark.slow]
+
+
+def _demo(tmp_path, endpoint, *args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "WORKSTATION_DATA_DIR": str(tmp_path / "data"), "QT_QPA_PLATFORM": "offscreen"}
+    return subprocess.run(
+        [sys.executable, "-m", "workstation", "demo", "--headless", "--endpoint", endpoint.base_url,
+         "--api-key", endpoint.api_key, *args],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )
+
+
+def test_headless_demo_records_a_playable_video_of_the_sessions(tmp_path, smollm2_engine):
+    from workstation.ui.recorder import probe_video
+
+    out = tmp_path / "demo.mp4"
+    result = _demo(tmp_path, smollm2_engine, "--sessions", "4", "--record", str(out), "--duration", "6")
+    assert result.returncode == 0, result.stderr[-2000:]
+    summary = probe_video(out)
+    assert abs(summary.frames - 6 * 30) <= 1
+    assert (summary.width_px, summary.height_px) == (1280, 720)
+    assert "recorded" in result.stderr
+
+
+def test_headless_fleet_demo_prints_a_table_and_a_summary(tmp_path, smollm2_engine):
+    result = _demo(tmp_path, smollm2_engine, "--sessions", "2", "--duration", "15")
+    assert result.returncode == 0, result.stderr[-2000:]
+    last = result.stdout.strip().splitlines()[-1]
+    assert '"sessions":2' in last and '"completion_tokens"' in last
+    assert "fix-" in result.stdout  # session names from the demo manifest
+
+
+def test_recording_into_a_missing_folder_is_a_clear_error(tmp_path, smollm2_engine):
+    result = _demo(tmp_path, smollm2_engine, "--sessions", "2", "--record", str(tmp_path / "no" / "x.mp4"),
+                   "--duration", "5", timeout=60)
+    assert result.returncode == 2
+    assert "does not exist" in result.stderr and "Traceback" not in result.stderr
