@@ -30,6 +30,7 @@ from workstation.core.cost import (
 from workstation.core.endpoints import Endpoint
 from workstation.core.series import DEFAULT_HORIZON_S, SeriesBook
 from workstation.telemetry.app_metrics import AppMetricsServer
+from workstation.telemetry.cadence import cancel_and_wait
 from workstation.telemetry.cost_meter import CostMeter
 from workstation.telemetry.csv_export import export_series_csv
 from workstation.telemetry.host import HostReader, HostSample
@@ -311,12 +312,7 @@ class Meters:
     async def aclose(self) -> None:
         self._started = False
         task, self._tick_task = self._tick_task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)
         for scraper in list(self.scrapers.values()):
             await scraper.aclose()
         await self.gpu.aclose()

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from psygnal import Signal
 
+from workstation.telemetry.cadence import Cadence, cancel_and_wait
 from workstation.telemetry.host import HostReader, HostSample
 from workstation.telemetry.nvml import GpuSnapshot, GpuState, NvmlReader
 
@@ -93,7 +93,7 @@ class ThreadedSampler:
         self._task = asyncio.create_task(self._run(), name=f"telemetry.{self.name}")
 
     async def _run(self) -> None:
-        next_t = time.monotonic()
+        cadence = Cadence(self._interval_s)
         while True:
             try:
                 result = await self._call(self._read)
@@ -104,20 +104,11 @@ class ThreadedSampler:
                 self._publish(result)
                 if not self._keep_going(result):
                     return
-            next_t += self._interval_s
-            now = time.monotonic()
-            if next_t < now:  # overran: skip the missed ticks
-                next_t = now + self._interval_s - ((now - next_t) % self._interval_s)
-            await asyncio.sleep(next_t - now)
+            await cadence.wait()
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)
         if self._executor is not None:
             await self._call(self._close)
             self._executor.shutdown(wait=False)

@@ -16,6 +16,7 @@ import httpx
 from psygnal import Signal
 
 from workstation.core.endpoints import Endpoint
+from workstation.telemetry.cadence import Cadence, cancel_and_wait
 from workstation.telemetry.vllm_metrics import (
     EngineMetricsSample,
     MetricsDeriver,
@@ -96,20 +97,11 @@ class MetricsScraper:
             self._task = asyncio.create_task(self._run(), name=f"telemetry.metrics.{self.endpoint.name}")
 
     async def _run(self) -> None:
-        next_t = time.monotonic()
+        cadence = Cadence(self._interval_s)
         while True:
             await self.scrape_once()
-            next_t += self._interval_s
-            now = time.monotonic()
-            if next_t < now:
-                next_t = now + self._interval_s - ((now - next_t) % self._interval_s)
-            await asyncio.sleep(next_t - now)
+            await cadence.wait()
 
     async def aclose(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(task)
