@@ -6,14 +6,13 @@ with ChatML special tokens; the model is a 4-layer Qwen2 with random weights. It
 serves through vLLM like any model but cannot follow instructions.
 """
 
-import hashlib
-import json
 import os
 import random
 import shutil
 import sys
-import time
 from pathlib import Path
+
+from model_manifest import write_manifest  # sibling script
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"]
 
@@ -29,14 +28,6 @@ def corpus(seed=1234):
         yield " ".join(rng.choice(words) for _ in range(rng.randint(4, 16))) + "\n"
     for i in range(256):
         yield f"{i} {chr(32 + i % 95)} {{}}[]()<>:;,.=+-*/\"'#_\n"
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def main():
@@ -77,12 +68,7 @@ def main():
     model = Qwen2ForCausalLM(config).to(torch.bfloat16)
     model.save_pretrained(tmp, safe_serialization=True)
     print("[3/3] checksumming", flush=True)
-    files = {
-        p.name: {"bytes": p.stat().st_size, "sha256": sha256(p)}
-        for p in sorted(tmp.iterdir()) if p.is_file()
-    }
-    manifest = {"name": "tiny", "source": "random weights, built locally", "created": time.time(), "files": files}
-    (tmp / "workstation-model.json").write_text(json.dumps(manifest, indent=2))
+    write_manifest(tmp, "tiny", "random weights, built locally")
     if out_dir.exists():
         shutil.rmtree(out_dir)
     os.replace(tmp, out_dir)

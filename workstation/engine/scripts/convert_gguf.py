@@ -6,34 +6,17 @@ Writes into OUT_DIR atomically (a temporary sibling renamed at the end) and
 finishes with a manifest that lists every file's size and SHA-256.
 """
 
-import hashlib
 import json
 import os
 import shutil
 import sys
-import time
 from pathlib import Path
+
+from model_manifest import write_manifest  # sibling script
 
 
 def say(step, total, text):
     print(f"[{step}/{total}] {text}", flush=True)
-
-
-def sha256(path):
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def write_manifest(out_dir, name, source):
-    files = {}
-    for path in sorted(out_dir.iterdir()):
-        if path.is_file() and path.name != "workstation-model.json":
-            files[path.name] = {"bytes": path.stat().st_size, "sha256": sha256(path)}
-    manifest = {"name": name, "source": source, "created": time.time(), "files": files}
-    (out_dir / "workstation-model.json").write_text(json.dumps(manifest, indent=2))
 
 
 def main():
