@@ -195,6 +195,7 @@ class Application:
         self.engine.view_changed.connect(self.window.set_engine_view)
         self.engine.log_line.connect(self.window.engine_log_line)
         self.engine.endpoint_changed.connect(self._on_endpoint)
+        self._install_tuning()
         if not self.use_fleet:
             from workstation.ui.chat_backend import ChatSessions
 
@@ -247,6 +248,55 @@ class Application:
         window.statusBar().addPermanentWidget(RecordingIndicator(recorder))
         self.recorder = recorder
 
+    def _install_tuning(self) -> None:
+        """The Tuning dock's checks and its switch. Only the engine the app started can be
+        switched; sessions move through ``_on_endpoint`` (the fleet's ``update_endpoint``)."""
+        dock = self.window.tuning_dock
+        dock.engine_replaced.connect(self._on_engine_replaced)
+        launcher = getattr(self.engine, "launcher", None)
+        if launcher is None:
+            external = getattr(self.engine, "external", None)
+            why = (f"this window uses an external endpoint ({external.base_url}); only an engine the app "
+                   "started can be switched" if external is not None else "no engine is configured")
+            dock.set_switch_host(None, why)
+            dock.set_checker(None, why)
+            return
+        from workstation.tuning.checks import check_against_engine
+        from workstation.ui.tuning_dock import SwitchHost
+
+        settings = self.settings
+        dock.set_checker(lambda profile, catalogue: check_against_engine(
+            settings, launcher.engine, launcher.model, profile, catalogue, extra_args=settings.engine.extra_args))
+        dock.set_switch_host(SwitchHost(http=self.http, live=lambda: self.engine.launcher,
+                                        factory=self._switch_launcher, retarget=self._on_endpoint,
+                                        plan=self._switch_placement))
+
+    def _switch_launcher(self, profile: Any, env: dict[str, str]) -> Any:
+        """The new engine of a switch: same install and model, another profile, a free port."""
+        from workstation.engine.launcher import EngineLauncher
+
+        live = self.engine.launcher
+        return EngineLauncher(self.settings, live.engine, live.model, log_dir=self.settings.logs_dir / "switch",
+                              profile=profile, port=0, env=env)
+
+    def _switch_placement(self) -> Any:
+        """Where the new engine runs (blocking: reads NVML on CUDA)."""
+        from workstation.tuning.placement import gpu_inventory, plan_placement
+
+        live = self.engine.launcher
+        platform = live.engine.platform
+        return plan_placement(platform, live_env={**os.environ, **live.extra_env}, cpu_count=os.cpu_count() or 1,
+                              gpus=gpu_inventory() if platform == "cuda" else ())
+
+    def _on_engine_replaced(self, serving: Any, report: Any) -> None:
+        """A switch (or its roll-back by restart) left another engine serving: adopt it."""
+        log.info("engine replaced: %s", report.lines()[0])
+        self.engine.replace_launcher(serving)
+        if self.meters is not None:
+            self.meters.set_engine_pid(getattr(serving, "pid", None))
+        if serving.alive():
+            self._on_endpoint(serving.endpoint)
+
     def _on_endpoint(self, endpoint: Any) -> None:
         if endpoint is None or not self._accepting:
             if self.sessions is not None:
@@ -279,7 +329,7 @@ class Application:
         from workstation.ui.fleet_backend import FleetCommands
 
         fleet = Fleet(
-            data_dir=self.settings.data_dir, endpoints=[endpoint], agent_factory=real_agent_factory(self.http),
+            data_dir=self.settings.data_dir, endpoints=[endpoint], agent_factory=real_agent_factory.from_settings(self.http, self.settings),
             http=self.http, max_generating=self.settings.fleet.max_generating,
         )
         self.fleet = fleet

@@ -115,7 +115,7 @@ async def _fleet_demo(args: argparse.Namespace) -> int:
             settings, url=args.endpoint, api_key=args.api_key, model=args.model, progress=_say))
         http = await stack.enter_async_context(make_http_client())
         fleet = Fleet(data_dir=settings.data_dir, endpoints=[endpoint],
-                      agent_factory=real_agent_factory(http), http=http,
+                      agent_factory=real_agent_factory.from_settings(http, settings), http=http,
                       max_generating=settings.fleet.max_generating, resume_on_start=False)
         await fleet.start()
         stack.push_async_callback(fleet.aclose)

@@ -59,9 +59,12 @@ def setup_logging(*, verbose: bool = False) -> None:
     stderr.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     stderr.addFilter(SecretFilter())
     root.addHandler(stderr)
-    logs = default_data_dir() / "logs"
+    data = default_data_dir()
+    logs = data / "logs"
     try:
-        logs.mkdir(parents=True, exist_ok=True)
+        if not data.exists():  # everything under it is the user's own: keys, transcripts, logs
+            data.mkdir(parents=True, mode=0o700)
+        logs.mkdir(parents=True, exist_ok=True, mode=0o700)
         logs.chmod(0o700)  # logs are private to the user, like the settings file
         handler = logging.handlers.RotatingFileHandler(
             logs / "workstation.log", maxBytes=5_000_000, backupCount=3, encoding="utf-8"

@@ -151,7 +151,7 @@ async def _main(args: argparse.Namespace) -> int:
         endpoints = await _endpoints(args, stack, settings)
         http = await stack.enter_async_context(make_http_client())
         fleet = Fleet(
-            data_dir=settings.data_dir, endpoints=endpoints, agent_factory=real_agent_factory(http),
+            data_dir=settings.data_dir, endpoints=endpoints, agent_factory=real_agent_factory.from_settings(http, settings),
             http=http, max_generating=args.max_generating or settings.fleet.max_generating,
             resume_on_start=args.resume,
         )

@@ -106,6 +106,15 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         self._windows: dict[str, int] = {}
         self._primed: dict[str, asyncio.Task[None]] = {}
 
+    @classmethod
+    def from_settings(cls, http: httpx.AsyncClient, settings: Any, **kwargs: Any) -> real_agent_factory:
+        """The factory the app, ``run`` and ``demo`` use: agents' commands run under the
+        sandbox policy of ``settings.sandbox`` (bubblewrap, limits, hidden secrets)."""
+        from workstation.agent.sandbox import SandboxPolicy
+
+        overrides = {"sandbox": SandboxPolicy.from_settings(settings), **kwargs.pop("overrides", {})}
+        return cls(http, overrides=overrides, **kwargs)
+
     def endpoint_back(self, name: str) -> None:
         """The endpoint restarted: its caches are empty (prime again, ask its window again)."""
         self._primed.pop(name, None)

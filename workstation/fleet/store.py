@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sqlite3
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -133,6 +134,8 @@ class Store:
     def _open(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.path.exists():  # transcripts are private: create the file 0600
+                os.close(os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600))
             conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the session store {self.path}: {exc}") from exc
