@@ -97,6 +97,11 @@ class MainWindow(QMainWindow):
         self.engine_dock = EngineDock(self)
         self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.engine_dock)
         self.engine_dock.hide()
+        from workstation.ui.tuning_dock import TuningDock
+
+        self.tuning_dock = TuningDock(settings, self, tasks=self.tasks)
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.tuning_dock)
+        self.tuning_dock.hide()
         self.meters_dock = None
         self._build_shortcuts()
         self._wire()
@@ -143,6 +148,7 @@ class MainWindow(QMainWindow):
         self.engine_dock_action = layout_menu.addAction("Engine dock")
         self.meters_dock_action = layout_menu.addAction("Meters dock")
         self.meters_dock_action.setEnabled(False)
+        self.tuning_dock_action = layout_menu.addAction(safe_icon("tuning"), "Tuning dock")
         self.layout_action.setMenu(layout_menu)
         bar.addAction(self.layout_action)
         button = bar.widgetForAction(self.layout_action)
@@ -210,6 +216,7 @@ class MainWindow(QMainWindow):
         self.settings_action.triggered.connect(self.open_settings)
         self.engine_button.clicked.connect(self.toggle_engine_dock)
         self.engine_dock_action.triggered.connect(self.toggle_engine_dock)
+        self.tuning_dock_action.triggered.connect(lambda: self.tuning_dock.setVisible(not self.tuning_dock.isVisible()))
         self.attention.waiting_changed.connect(lambda _n: self._update_counts())
         self.attention.notified.connect(lambda _t, m: self.show_status(m))
         self.grid.page_changed.connect(lambda _p, _n: self._update_page_label())

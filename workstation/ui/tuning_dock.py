@@ -1,0 +1,687 @@
+"""The Tuning dock: profiles (their diff against the parent, checks in plain words, the safe
+switch of the live engine), saved traffic shapes (small charts) and stored benchmark results
+(a table and a bar chart). See ``workstation.tuning``'s docstring for the data it draws.
+
+The store is read in a worker thread when the dock is first shown and on *Refresh*; nothing
+polls. Checks run in a worker thread too (the first one reads the engine's ``--help=all``,
+which is then cached per version). The switch is a task of the window's ``TaskOwner``: the
+button disables itself, a stepper follows ``SafeSwitch.state_changed``, and the app adopts
+the engine that serves afterwards through :attr:`TuningDock.engine_replaced`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
+
+import httpx  # noqa: E402
+import pyqtgraph as pg  # noqa: E402
+from PySide6.QtCore import Qt, Signal  # noqa: E402
+from PySide6.QtGui import QPalette  # noqa: E402
+from PySide6.QtWidgets import (  # noqa: E402
+    QAbstractItemView,
+    QDockWidget,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QMessageBox,
+    QProgressBar,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from workstation.config import Settings  # noqa: E402
+from workstation.core.errors import UserError  # noqa: E402
+from workstation.core.profiles import PRESETS, Profile, diff_against_parent  # noqa: E402
+from workstation.core.traffic import TrafficShape  # noqa: E402
+from workstation.tuning.checks import CheckReport, Severity  # noqa: E402
+from workstation.tuning.placement import Placement  # noqa: E402
+from workstation.tuning.results import BenchResult  # noqa: E402
+from workstation.tuning.store import TuningStore  # noqa: E402
+from workstation.tuning.switch import EngineLike, LauncherFactory, SafeSwitch, SwitchPhase, SwitchReport  # noqa: E402
+from workstation.ui import theme  # noqa: E402
+from workstation.ui.icons_fallback import safe_icon  # noqa: E402
+from workstation.ui.tasks import TaskOwner  # noqa: E402
+
+Checker = Callable[[Profile, Mapping[str, Profile]], CheckReport]
+"""Blocking: a profile (with the catalogue its parents come from) → the check report."""
+
+STEPS = (SwitchPhase.STARTING_NEW, SwitchPhase.PROBING, SwitchPhase.RETARGETING,
+         SwitchPhase.DRAINING, SwitchPhase.STOPPING_OLD, SwitchPhase.DONE)
+STEP_WORDS = {
+    SwitchPhase.STARTING_NEW: "start new", SwitchPhase.PROBING: "probe",
+    SwitchPhase.RETARGETING: "move sessions", SwitchPhase.DRAINING: "drain old",
+    SwitchPhase.STOPPING_OLD: "stop old", SwitchPhase.DONE: "done",
+    SwitchPhase.ROLLING_BACK: "rolling back", SwitchPhase.ROLLED_BACK: "rolled back",
+    SwitchPhase.FAILED: "failed",
+}
+CANCELLABLE = (SwitchPhase.STARTING_NEW, SwitchPhase.PROBING)
+RESULT_COLUMNS = ("Profile", "Engine", "Model", "Output tok/s", "Total tok/s", "TTFT p50 ms", "TTFT p99 ms",
+                  "ITL p50 ms", "ITL p99 ms", "Goodput", "Workload", "When")
+RESULTS_LIMIT = 50
+CHART_BARS = 12
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchHost:
+    """What the app lends the dock to switch its managed engine."""
+
+    http: httpx.AsyncClient
+    live: Callable[[], EngineLike | None]
+    """The engine serving now (None: not running)."""
+    factory: LauncherFactory
+    retarget: Callable[[Any], Any]
+    """Called with the new endpoint when sessions move (and with the old one on a roll-back)."""
+    plan: Callable[[], Placement]
+    """Where the new engine runs; blocking (reads NVML), called in a worker thread."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoreView:
+    catalogue: dict[str, Profile]
+    problems: list[str]
+    shapes: dict[str, TrafficShape | str]
+    """A shape, or why it could not be read."""
+    results: list[BenchResult]
+
+
+def read_store(store: TuningStore) -> StoreView:
+    """Everything the dock shows (blocking: small files)."""
+    catalogue = store.catalogue()
+    problems = list(store.problems)
+    shapes: dict[str, TrafficShape | str] = {}
+    for name in store.shapes():
+        try:
+            shapes[name] = store.load_shape(name)
+        except UserError as exc:
+            shapes[name] = str(exc)
+    results = store.results(limit=RESULTS_LIMIT)
+    results.reverse()  # newest first
+    return StoreView(catalogue, problems, shapes, results)
+
+
+def _label(text: str = "", *, wrap: bool = True, mono: bool = False) -> QLabel:
+    label = QLabel(text)
+    label.setTextFormat(Qt.TextFormat.PlainText)
+    label.setWordWrap(wrap)
+    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+    if mono:
+        label.setFont(theme.mono_font(8.5))
+    return label
+
+
+def _plot(title: str, height: int = 130) -> pg.PlotWidget:
+    plot = pg.PlotWidget(title=title)
+    plot.setMinimumHeight(height)
+    plot.setMouseEnabled(x=False, y=False)
+    plot.hideButtons()
+    plot.setMenuEnabled(False)
+    plot.showGrid(x=False, y=True, alpha=0.2)
+    for axis in ("bottom", "left"):
+        plot.getAxis(axis).enableAutoSIPrefix(False)
+    return plot
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:,.0f}"
+
+
+class TuningDock(QDockWidget):
+    engine_replaced = Signal(object, object)
+    """``(engine now serving, SwitchReport)`` after a switch that changed the serving engine."""
+
+    def __init__(self, settings: Settings, parent: QWidget | None = None, *, tasks: TaskOwner | None = None,
+                 store: TuningStore | None = None) -> None:
+        super().__init__("Tuning", parent)
+        self.setObjectName("tuning-dock")
+        self.store = store or TuningStore(settings.data_dir)
+        self.tasks = tasks or TaskOwner("tuning", on_error=self._show_error)
+        self.view: StoreView | None = None
+        self.checks: dict[str, CheckReport | str] = {}
+        self._checker: Checker | None = None
+        self._checker_reason = "no engine to check against"
+        self._host: SwitchHost | None = None
+        self._host_reason = "the engine is not managed by the app"
+        self.switch_task: asyncio.Task[Any] | None = None
+        self.switch: SafeSwitch | None = None
+        self.confirm_dialog: QMessageBox | None = None
+        self._load_task: asyncio.Task[Any] | None = None
+        pal = self.palette()
+        pg.setConfigOptions(antialias=True, background=pal.color(QPalette.ColorRole.Base),
+                            foreground=pal.color(QPalette.ColorRole.Text))
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(self._build_profiles(), "Profiles")
+        self.tabs.addTab(self._build_shapes(), "Traffic shapes")
+        self.tabs.addTab(self._build_results(), "Results")
+        self.refresh_button = QPushButton("Refresh")
+        self.refresh_button.setToolTip("Read profiles, shapes and results from the data folder again")
+        self.refresh_button.clicked.connect(self.refresh)
+        self.tabs.setCornerWidget(self.refresh_button)
+        self.setWidget(self.tabs)
+        self.setMinimumHeight(300)
+        self._update_switch_button()
+
+    # ----- construction -----
+    def _build_profiles(self) -> QWidget:
+        split = QSplitter(Qt.Orientation.Horizontal)
+        left = QWidget()
+        col = QVBoxLayout(left)
+        col.setContentsMargins(4, 4, 4, 4)
+        self.profile_list = QListWidget()
+        self.profile_list.currentItemChanged.connect(lambda *_: self._show_profile())
+        col.addWidget(self.profile_list, 1)
+        self.problems_label = _label()
+        self.problems_label.setStyleSheet(f"color: {theme.AMBER.name()}")
+        self.problems_label.hide()
+        col.addWidget(self.problems_label)
+        split.addWidget(left)
+
+        right = QWidget()
+        col = QVBoxLayout(right)
+        col.setContentsMargins(8, 4, 8, 4)
+        self.profile_title = QLabel("Select a profile")
+        self.profile_title.setFont(theme.ui_font(bold=True))
+        self.profile_title.setTextFormat(Qt.TextFormat.PlainText)
+        col.addWidget(self.profile_title)
+        self.profile_description = _label()
+        col.addWidget(self.profile_description)
+        self.diff_header = _label()
+        col.addWidget(self.diff_header)
+        self.diff_label = _label(mono=True)
+        self.diff_label.setIndent(12)
+        col.addWidget(self.diff_label)
+        check_row = QHBoxLayout()
+        self.check_icon = QLabel()
+        self.check_icon.setFixedWidth(18)
+        check_row.addWidget(self.check_icon)
+        self.check_label = _label()
+        check_row.addWidget(self.check_label, 1)
+        col.addLayout(check_row)
+        self.findings = QListWidget()
+        self.findings.setWordWrap(True)
+        self.findings.setSelectionMode(QAbstractItemView.SelectionMode.NoSelection)
+        self.findings.setFocusPolicy(Qt.FocusPolicy.NoFocus)
+        col.addWidget(self.findings, 1)
+
+        switch_row = QHBoxLayout()
+        self.switch_button = QPushButton(safe_icon("engine"), "Switch live engine to this profile")
+        self.switch_button.clicked.connect(self.ask_switch)
+        switch_row.addWidget(self.switch_button)
+        self.cancel_button = QPushButton(safe_icon("stop"), "Cancel")
+        self.cancel_button.setToolTip("Stop the new engine; the live one keeps serving")
+        self.cancel_button.clicked.connect(self.cancel_switch)
+        self.cancel_button.hide()
+        switch_row.addWidget(self.cancel_button)
+        self.switch_progress = QProgressBar()
+        self.switch_progress.setRange(0, len(STEPS))
+        self.switch_progress.setTextVisible(False)
+        self.switch_progress.setMaximumWidth(160)
+        self.switch_progress.hide()
+        switch_row.addWidget(self.switch_progress)
+        self.stepper = QLabel()
+        self.stepper.setTextFormat(Qt.TextFormat.RichText)
+        switch_row.addWidget(self.stepper, 1)
+        col.addLayout(switch_row)
+        self.switch_status = _label()
+        col.addWidget(self.switch_status)
+        self.switch_report = _label(mono=True)
+        self.switch_report.hide()
+        col.addWidget(self.switch_report)
+        split.addWidget(right)
+        split.setStretchFactor(0, 1)
+        split.setStretchFactor(1, 3)
+        split.setSizes([260, 900])
+        return split
+
+    def _build_shapes(self) -> QWidget:
+        split = QSplitter(Qt.Orientation.Horizontal)
+        self.shape_list = QListWidget()
+        self.shape_list.currentItemChanged.connect(lambda *_: self._show_shape())
+        split.addWidget(self.shape_list)
+        right = QWidget()
+        col = QVBoxLayout(right)
+        col.setContentsMargins(8, 4, 8, 4)
+        self.shape_summary = _label()
+        col.addWidget(self.shape_summary)
+        charts = QHBoxLayout()
+        self.prompt_plot = _plot("Prompt tokens (requests per bucket)")
+        self.output_plot = _plot("Output tokens (requests per bucket)")
+        self.concurrency_plot = _plot("Requests in flight")
+        self.concurrency_plot.setLabel("bottom", "seconds")
+        for plot in (self.prompt_plot, self.output_plot, self.concurrency_plot):
+            charts.addWidget(plot, 1)
+        col.addLayout(charts, 1)
+        split.addWidget(right)
+        split.setStretchFactor(1, 4)
+        split.setSizes([220, 940])
+        return split
+
+    def _build_results(self) -> QWidget:
+        split = QSplitter(Qt.Orientation.Horizontal)
+        self.results_table = QTableWidget(0, len(RESULT_COLUMNS))
+        self.results_table.setHorizontalHeaderLabels(list(RESULT_COLUMNS))
+        self.results_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.results_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.results_table.verticalHeader().hide()
+        self.results_table.verticalHeader().setDefaultSectionSize(20)
+        header = self.results_table.horizontalHeader()
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        self.results_table.itemSelectionChanged.connect(self._draw_results_chart)
+        split.addWidget(self.results_table)
+        right = QWidget()
+        col = QVBoxLayout(right)
+        col.setContentsMargins(4, 0, 4, 0)
+        self.results_plot = _plot("Output tok/s (selected rows, or the latest)", height=160)
+        col.addWidget(self.results_plot, 1)
+        self.results_note = _label()
+        col.addWidget(self.results_note)
+        split.addWidget(right)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 2)
+        split.setSizes([900, 500])
+        return split
+
+    # ----- what the app lends -----
+    def set_checker(self, checker: Checker | None, reason: str = "") -> None:
+        """Checks against the installed engine (None: ``reason`` says why there are none)."""
+        self._checker = checker
+        self._checker_reason = reason or "no engine to check against"
+        self.checks.clear()
+        self._show_profile()
+
+    def set_switch_host(self, host: SwitchHost | None, reason: str = "") -> None:
+        """None: the switch is not possible here, and ``reason`` says why (the button's tooltip)."""
+        self._host = host
+        self._host_reason = reason or "the engine is not managed by the app"
+        self._update_switch_button()
+
+    # ----- loading -----
+    def showEvent(self, event: Any) -> None:  # noqa: N802
+        super().showEvent(event)
+        if self.view is None and self._load_task is None:
+            self.refresh()
+
+    def refresh(self) -> None:
+        if self._load_task is None or self._load_task.done():
+            self._load_task = self.tasks.spawn(self.reload(), "tuning-load")
+
+    async def reload(self) -> None:
+        """Read the store in a worker thread and redraw every tab."""
+        view = await asyncio.to_thread(read_store, self.store)
+        self.view = view
+        self.checks.clear()
+        self._fill_profiles()
+        self._fill_shapes()
+        self._fill_results()
+
+    # ----- profiles -----
+    def _fill_profiles(self) -> None:
+        assert self.view is not None
+        current = self.selected_profile()
+        self.profile_list.blockSignals(True)
+        self.profile_list.clear()
+        live = self._live_profile_name()
+        for name, profile in self.view.catalogue.items():
+            tags = []
+            if name not in PRESETS:
+                tags.append("yours")
+            if profile.platforms == frozenset({"cuda"}):
+                tags.append("CUDA only")
+            if name == live:
+                tags.append("live")
+            item = QListWidgetItem(name + (f"   · {' · '.join(tags)}" if tags else ""))
+            item.setData(Qt.ItemDataRole.UserRole, name)
+            item.setToolTip(profile.description)
+            self.profile_list.addItem(item)
+            if name == (current or live):
+                self.profile_list.setCurrentItem(item)
+        self.profile_list.blockSignals(False)
+        if self.profile_list.currentItem() is None and self.profile_list.count():
+            self.profile_list.setCurrentRow(0)
+        problems = self.view.problems
+        self.problems_label.setText("Could not read: " + "; ".join(problems) if problems else "")
+        self.problems_label.setVisible(bool(problems))
+        self._show_profile()
+
+    def selected_profile(self) -> str | None:
+        item = self.profile_list.currentItem()
+        return None if item is None else str(item.data(Qt.ItemDataRole.UserRole))
+
+    def select_profile(self, name: str) -> None:
+        for row in range(self.profile_list.count()):
+            if self.profile_list.item(row).data(Qt.ItemDataRole.UserRole) == name:
+                self.profile_list.setCurrentRow(row)
+                return
+        raise KeyError(name)
+
+    def _show_profile(self) -> None:
+        name = self.selected_profile()
+        view = self.view
+        if name is None or view is None or name not in view.catalogue:
+            self._update_switch_button()
+            return
+        profile = view.catalogue[name]
+        self.profile_title.setText(name + ("" if name in PRESETS else "  (your profile)"))
+        self.profile_description.setText(profile.description)
+        lines = diff_against_parent(profile)
+        parent = f"its parent '{profile.parent}'" if profile.parent else "vLLM's defaults"
+        if lines:
+            self.diff_header.setText(f"Changes against {parent}:")
+            self.diff_label.setText("\n".join(lines))
+        else:
+            self.diff_header.setText(f"No changes against {parent}.")
+            self.diff_label.setText("")
+        self.diff_label.setVisible(bool(lines))
+        self._show_check(name)
+        if name not in self.checks and self._checker is not None:
+            self.tasks.spawn(self._run_check(name, profile, dict(view.catalogue)), f"check-{name}")
+        self._update_switch_button()
+
+    async def _run_check(self, name: str, profile: Profile, catalogue: dict[str, Profile]) -> None:
+        checker = self._checker
+        assert checker is not None
+        self.checks[name] = "checking"
+        try:
+            report: CheckReport | str = await asyncio.to_thread(checker, profile, catalogue)
+        except UserError as exc:
+            report = f"cannot check: {str(exc).splitlines()[0]}"
+        except Exception as exc:  # noqa: BLE001 - shown in the panel, not a crash
+            report = f"cannot check: {exc}"
+        self.checks[name] = report
+        if self.selected_profile() == name:
+            self._show_check(name)
+            self._update_switch_button()
+
+    def _show_check(self, name: str) -> None:
+        self.findings.clear()
+        report = self.checks.get(name)
+        if self._checker is None:
+            self._set_check_line("note", f"Not checked: {self._checker_reason}.")
+        elif report is None or report == "checking":
+            self._set_check_line("queued", "Checking against the installed engine and the model…")
+        elif isinstance(report, str):
+            self._set_check_line("warning", report)
+        else:
+            where = f"vLLM {report.engine_version} ({report.platform}) with {report.model.describe()}"
+            if report.ok:
+                extra = "" if report.findings else " No problems found."
+                self._set_check_line("check", f"Can launch on {where}.{extra}")
+            else:
+                self._set_check_line("error", f"Cannot launch on {where}:")
+            icons = {Severity.ERROR: ("error", theme.RED), Severity.WARNING: ("warning", theme.AMBER),
+                     Severity.NOTE: ("check", theme.GREY)}
+            for finding in report.findings:
+                icon_name, colour = icons[finding.severity]
+                item = QListWidgetItem(safe_icon(icon_name, colour), finding.message[:1].upper() + finding.message[1:])
+                item.setToolTip(finding.line())
+                self.findings.addItem(item)
+        self.findings.setVisible(self.findings.count() > 0)
+
+    def _set_check_line(self, kind: str, text: str) -> None:
+        colour = {"check": theme.GREEN, "error": theme.RED, "warning": theme.AMBER}.get(kind, theme.GREY)
+        self.check_icon.setPixmap(safe_icon(kind, colour).pixmap(16, 16))
+        self.check_label.setText(text)
+
+    # ----- the switch -----
+    def _live_engine(self) -> EngineLike | None:
+        return self._host.live() if self._host is not None else None
+
+    def _live_profile_name(self) -> str | None:
+        live = self._live_engine()
+        return None if live is None else live.profile.name
+
+    def switch_blocker(self) -> str | None:
+        """Why the switch button is disabled now (None: it is enabled)."""
+        if self._host is None:
+            return self._host_reason
+        if self.switch_task is not None:
+            return "a switch is running"
+        name = self.selected_profile()
+        if name is None:
+            return "select a profile first"
+        report = self.checks.get(name)
+        if isinstance(report, CheckReport) and not report.ok:
+            return "the checks found errors in this profile; fix them first"
+        if name == self._live_profile_name():
+            return "the live engine already runs this profile"
+        return None
+
+    def _update_switch_button(self) -> None:
+        blocker = self.switch_blocker()
+        self.switch_button.setEnabled(blocker is None)
+        self.switch_button.setToolTip(
+            f"Not possible: {blocker}." if blocker else
+            "Start an engine with this profile, move the sessions to it once it serves, then stop the old "
+            "one; rolls back if the new engine fails")
+
+    def ask_switch(self) -> None:
+        """Confirm, then switch (the dialog is opened, never exec'd)."""
+        name = self.selected_profile()
+        if name is None or self.switch_blocker() is not None:
+            return
+        box = QMessageBox(QMessageBox.Icon.Question, "Switch the live engine",
+                          f"Switch the live engine to profile '{name}'?\n\nA new engine starts with it; "
+                          "sessions move to it once it answers and see only a short pause. If it fails, "
+                          "the engine running now keeps serving.",
+                          QMessageBox.StandardButton.Ok | QMessageBox.StandardButton.Cancel, self)
+        box.button(QMessageBox.StandardButton.Ok).setText("Switch")
+        box.accepted.connect(lambda: self.start_switch(name))
+        box.finished.connect(box.deleteLater)
+        self.confirm_dialog = box
+        box.open()
+
+    def start_switch(self, name: str) -> asyncio.Task[Any] | None:
+        if self._host is None or self.switch_task is not None:
+            return None
+        self.switch_task = self.tasks.spawn(self._run_switch(self._host, name), "engine-switch")
+        self._set_running(True)
+        return self.switch_task
+
+    def cancel_switch(self) -> None:
+        if self.switch_task is not None and self.switch is not None and self.switch.phase in CANCELLABLE:
+            self.switch_task.cancel()
+
+    def _set_running(self, running: bool) -> None:
+        self.switch_progress.setVisible(running)
+        self.cancel_button.setVisible(running)
+        self.cancel_button.setEnabled(False)
+        if running:
+            self.switch_progress.setValue(0)
+            self.switch_report.hide()
+            self._draw_stepper(None)
+        self._update_switch_button()
+
+    async def _run_switch(self, host: SwitchHost, name: str) -> None:
+        try:
+            old = host.live()
+            if old is None or not old.alive():
+                self._say("The engine is not running; start it first.", error=True)
+                return
+            profile, _ = await asyncio.to_thread(self.store.resolve, name)
+            placement = await asyncio.to_thread(host.plan)
+            self._say(f"Placement: {placement.reason}")
+            switch = SafeSwitch(host.http, old, host.factory, retarget=[host.retarget],
+                                side_by_side=placement.side_by_side, placement_env=dict(placement.env),
+                                placement_reason=placement.reason)
+            self.switch = switch
+            switch.state_changed.connect(self._on_phase)
+            report, serving = await switch.run(profile, say=self._say)
+        except asyncio.CancelledError:
+            self._say("Switch cancelled; the engine running before keeps serving.", error=True)
+            raise
+        except UserError as exc:
+            self._say(str(exc).splitlines()[0], error=True)
+            return
+        finally:
+            self.switch = None
+            self.switch_task = None
+            self._set_running(False)
+        self._show_report(report)
+        if serving is not old:
+            self.engine_replaced.emit(serving, report)
+        if self.view is not None:
+            self._fill_profiles()  # the "live" tag moved
+
+    def _on_phase(self, phase: SwitchPhase, detail: str) -> None:
+        self._draw_stepper(phase)
+        if phase in STEPS:
+            self.switch_progress.setValue(STEPS.index(phase) + 1)
+        self.cancel_button.setEnabled(phase in CANCELLABLE and self.switch is not None and self.switch.side_by_side)
+        if detail:
+            self._say(f"{STEP_WORDS.get(phase, phase.value)}: {detail}",
+                      error=phase in (SwitchPhase.ROLLING_BACK, SwitchPhase.ROLLED_BACK, SwitchPhase.FAILED))
+
+    def _draw_stepper(self, phase: SwitchPhase | None) -> None:
+        if phase is None:
+            self.stepper.setText("")
+            return
+        if phase not in STEPS:
+            colour = theme.RED.name()
+            self.stepper.setText(f"<b style='color:{colour}'>{html.escape(STEP_WORDS[phase])}</b>")
+            return
+        at = STEPS.index(phase)
+        parts = []
+        for i, step in enumerate(STEPS):
+            word = html.escape(STEP_WORDS[step])
+            if i == at:
+                parts.append(f"<b>{word}</b>")
+            elif i < at:
+                parts.append(f"<span style='color:{theme.GREEN.name()}'>{word}</span>")
+            else:
+                parts.append(f"<span style='color:{theme.GREY.name()}'>{word}</span>")
+        self.stepper.setText(" → ".join(parts))
+
+    def _say(self, message: str, *, error: bool = False) -> None:
+        self.switch_status.setText(message)
+        self.switch_status.setStyleSheet(f"color: {theme.RED.name()}" if error else "")
+
+    def _show_report(self, report: SwitchReport) -> None:
+        if report.ok:
+            gap = "n/a" if report.largest_gap_s is None else f"{report.largest_gap_s:.2f} s"
+            self._say(f"Switched to '{report.to_profile}': sessions paused at most {gap}.")
+        else:
+            self._say(f"Not switched: {report.reason}. "
+                      + ("The engine running before keeps serving." if report.rolled_back else ""), error=True)
+        self.switch_report.setText("\n".join(report.lines()))
+        self.switch_report.show()
+
+    def _show_error(self, message: str) -> None:
+        self._say(message, error=True)
+
+    # ----- shapes -----
+    def _fill_shapes(self) -> None:
+        assert self.view is not None
+        current = self.shape_list.currentItem()
+        keep = current.text() if current is not None else None
+        self.shape_list.blockSignals(True)
+        self.shape_list.clear()
+        for name, shape in self.view.shapes.items():
+            item = QListWidgetItem(name)
+            item.setToolTip(shape.summary_line() if isinstance(shape, TrafficShape) else shape)
+            self.shape_list.addItem(item)
+            if name == keep:
+                self.shape_list.setCurrentItem(item)
+        self.shape_list.blockSignals(False)
+        if self.shape_list.currentItem() is None and self.shape_list.count():
+            self.shape_list.setCurrentRow(0)
+        self._show_shape()
+
+    def _show_shape(self) -> None:
+        for plot in (self.prompt_plot, self.output_plot, self.concurrency_plot):
+            plot.clear()
+        item = self.shape_list.currentItem()
+        if self.view is None or item is None:
+            self.shape_summary.setText("No traffic shapes yet. Capture one from agent sessions with "
+                                       "`workstation shape capture`; it shows up here.")
+            return
+        shape = self.view.shapes.get(item.text())
+        if not isinstance(shape, TrafficShape):
+            self.shape_summary.setText(str(shape))
+            return
+        hit = "n/a" if shape.prefix_cache_hit_rate is None else \
+            f"{100 * shape.prefix_cache_hit_rate:.0f}% ({shape.prefix_cache_source})"
+        self.shape_summary.setText(
+            f"{shape.requests} requests from {shape.sessions} sessions in {shape.span_s:.0f} s "
+            f"({shape.request_rate_per_s:.2f} req/s). Prompt p50 {shape.prompt_tokens.p50:,.0f} / p90 "
+            f"{shape.prompt_tokens.p90:,.0f} tokens; output p50 {shape.completion_tokens.p50:,.0f} / p90 "
+            f"{shape.completion_tokens.p90:,.0f}. In flight: mean {shape.concurrency_mean:.1f}, p90 "
+            f"{shape.concurrency_p90:.1f}, max {shape.concurrency_max}. Shared prefix "
+            f"{100 * shape.shared_prefix_share:.0f}%, cache hits {hit}."
+            + (f"\n{'; '.join(shape.notes)}" if shape.notes else ""))
+        accent = theme.accent(self.palette())
+        for plot, hist in ((self.prompt_plot, shape.prompt_tokens.histogram),
+                           (self.output_plot, shape.completion_tokens.histogram)):
+            if not hist:
+                continue
+            xs = list(range(len(hist)))
+            plot.addItem(pg.BarGraphItem(x=xs, height=[c for _, c in hist], width=0.8, brush=accent, pen=None))
+            step = max(1, len(hist) // 6)
+            plot.getAxis("bottom").setTicks([[(i, f"≤{edge:,}") for i, (edge, _) in enumerate(hist)][::step]])
+        series = shape.concurrency_series
+        if series:
+            xs = [i * shape.bin_s for i in range(len(series))]
+            self.concurrency_plot.plot(xs, list(series), pen=pg.mkPen(accent, width=1.5))
+
+    # ----- results -----
+    def _fill_results(self) -> None:
+        assert self.view is not None
+        table = self.results_table
+        table.setSortingEnabled(False)
+        table.setRowCount(len(self.view.results))
+        for row, r in enumerate(self.view.results):
+            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created_s))
+            goodput = "n/a" if r.goodput_pct is None else f"{r.goodput_pct:.0f}%"
+            cells = (r.profile, r.engine_version, r.model, f"{r.output_tok_s:,.1f}", f"{r.total_tok_s:,.1f}",
+                     _ms(r.ttft.p50_ms), _ms(r.ttft.p99_ms), _ms(r.itl.p50_ms), _ms(r.itl.p99_ms), goodput,
+                     r.workload.describe(), when)
+            tip = f"{r.headline()}\n{r.workload.describe()} · {r.hardware_key} · {r.tool}"
+            for col, text in enumerate(cells):
+                item = QTableWidgetItem(text)
+                item.setToolTip(tip)
+                if 3 <= col <= 9:
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                table.setItem(row, col, item)
+        goodput_header = table.horizontalHeaderItem(RESULT_COLUMNS.index("Goodput"))
+        if self.view.results:
+            goodput_header.setToolTip(f"Requests that met the SLO: {self.view.results[0].slo.describe()}")
+        self.results_note.setText("" if self.view.results else
+                                  "No benchmark results yet. Run `workstation bench` against the engine; "
+                                  "results are stored and compared here.")
+        self._draw_results_chart()
+
+    def _draw_results_chart(self) -> None:
+        plot = self.results_plot
+        plot.clear()
+        if self.view is None or not self.view.results:
+            return
+        rows = sorted({i.row() for i in self.results_table.selectedIndexes()})
+        chosen = [self.view.results[r] for r in rows] or self.view.results[:CHART_BARS]
+        chosen = list(reversed(chosen[:CHART_BARS])) if not rows else chosen[:CHART_BARS]
+        groups: dict[str, int] = {}
+        palette = [theme.accent(self.palette()), theme.AMBER, theme.GREEN, theme.RED, theme.GREY]
+        for i, r in enumerate(chosen):
+            group = groups.setdefault(r.workload.describe(), len(groups))
+            plot.addItem(pg.BarGraphItem(x=[i], height=[r.output_tok_s], width=0.7,
+                                         brush=palette[group % len(palette)], pen=None))
+        plot.getAxis("bottom").setTicks([[(i, r.profile[:14]) for i, r in enumerate(chosen)]])
+        plot.setLabel("left", "output tok/s")
+        legend = "; ".join(f"colour {i + 1}: {w}" for w, i in groups.items()) if len(groups) > 1 else \
+            next(iter(groups), "")
+        self.results_note.setText(f"Workload: {legend}" if len(groups) == 1 else
+                                  f"Different workloads (not comparable): {legend}")
