@@ -44,7 +44,7 @@ class EngineAdapter:
         self._detail = ""
         if launcher is not None:
             launcher.state_changed.connect(self._on_state_changed)
-            launcher.log_line.connect(self.log_line.emit)
+            launcher.log_line.connect(self._on_log_line)
 
     @property
     def endpoint(self) -> Endpoint | None:
@@ -70,6 +70,21 @@ class EngineAdapter:
             managed=True,
             profiles=self.profiles,
         )
+
+    def replace_launcher(self, launcher: Any) -> None:
+        """A switch left another engine serving: follow it (state, log) from now on."""
+        old = self.launcher
+        for name, slot in (("state_changed", self._on_state_changed), ("log_line", self._on_log_line)):
+            if old is not None and getattr(old, name, None) is not None:
+                getattr(old, name).disconnect(slot)
+            if getattr(launcher, name, None) is not None:
+                getattr(launcher, name).connect(slot)
+        self.launcher = launcher
+        self._detail = ""
+        self.view_changed.emit(self.view())
+
+    def _on_log_line(self, line: str) -> None:
+        self.log_line.emit(line)
 
     def log_tail(self) -> list[str]:
         return list(self.launcher.log_tail) if self.launcher is not None else []
