@@ -390,7 +390,7 @@ class Application:
         if launcher is not None and launcher.pid is not None:
             meters.set_engine_pid(launcher.pid)
         self.meters = meters
-        install_meters(self.window, meters, self.fleet)
+        install_meters(self.window, meters, self.fleet, settings=self.settings)
         await meters.start()
 
     async def _start_engine(self) -> None:

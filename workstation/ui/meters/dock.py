@@ -10,9 +10,16 @@ os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
 
 import numpy as np  # noqa: E402
 import pyqtgraph as pg  # noqa: E402
-from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QPalette  # noqa: E402
-from PySide6.QtWidgets import QDockWidget, QFormLayout, QGroupBox, QLabel, QVBoxLayout, QWidget  # noqa: E402
+from PySide6.QtWidgets import (  # noqa: E402
+    QDockWidget,
+    QFormLayout,
+    QGroupBox,
+    QLabel,
+    QScrollArea,
+    QVBoxLayout,
+    QWidget,
+)
 
 from workstation.ui import theme  # noqa: E402
 
@@ -31,13 +38,17 @@ def _match(pattern: str, name: str) -> bool:
 
 
 class MetersDock(QDockWidget):
-    def __init__(self, meters: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, meters: Any, parent: QWidget | None = None, *, settings: Any | None = None) -> None:
+        from workstation.ui.meters.cost_panel import CostAssumptionsEditor, CsvExportButton, GpuCards
+
         super().__init__("Meters", parent)
         self.setObjectName("meters-dock")
         self.meters = meters
         body = QWidget()
         layout = QVBoxLayout(body)
         layout.setContentsMargins(4, 4, 4, 4)
+        self.gpu_cards = GpuCards()
+        layout.addWidget(self.gpu_cards)
         pal = body.palette()
         pg.setConfigOptions(antialias=True, background=pal.color(QPalette.ColorRole.Base),
                             foreground=pal.color(QPalette.ColorRole.Text))
@@ -45,6 +56,7 @@ class MetersDock(QDockWidget):
         for title, patterns, unit in CHARTS:
             plot = pg.PlotWidget(title=title)
             plot.setMinimumHeight(110)
+            plot.setMaximumHeight(170)  # dense: the cost panel and export stay in view
             plot.showGrid(x=False, y=True, alpha=0.2)
             plot.setLabel("bottom", "minutes ago")
             plot.setMouseEnabled(x=False, y=False)
@@ -64,8 +76,14 @@ class MetersDock(QDockWidget):
         self.cost_summary.setWordWrap(True)
         self.cost_form.addRow(self.cost_summary)
         layout.addWidget(self.cost_box)
-        self._assumption_labels: dict[str, QLabel] = {}
-        self.setWidget(body)
+        self.assumptions_editor = CostAssumptionsEditor(meters, settings)
+        layout.addWidget(self.assumptions_editor)
+        self.csv_export = CsvExportButton(meters)
+        layout.addWidget(self.csv_export.row())
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(body)
+        self.setWidget(scroll)
         self.setMinimumWidth(360)
 
     def redraw(self, _names: Any = None) -> None:
@@ -102,12 +120,3 @@ class MetersDock(QDockWidget):
                 lines.append(f"saving {cost.savings_pct:.0f}% (${cost.saved_usd or 0:,.2f} so far)")
         lines.extend(cost.notes)
         self.cost_summary.setText("\n".join(lines) or "waiting for tokens…")
-        for label, value in cost.assumptions.describe():
-            widget = self._assumption_labels.get(label)
-            if widget is None:
-                widget = QLabel(value)
-                widget.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-                self._assumption_labels[label] = widget
-                self.cost_form.addRow(label, widget)
-            else:
-                widget.setText(value)

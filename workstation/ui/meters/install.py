@@ -8,14 +8,15 @@ from typing import Any
 from workstation.ui.meters.strip import MeterStrip
 
 
-def install_meters(window: Any, meters: Any, fleet: Any | None = None) -> MeterStrip:
+def install_meters(window: Any, meters: Any, fleet: Any | None = None, settings: Any | None = None) -> MeterStrip:
     from workstation.ui.meters.dock import MetersDock
 
     strip = MeterStrip()
     window.set_meter_strip(strip)
-    dock = MetersDock(meters, window)
+    dock = MetersDock(meters, window, settings=settings)
     window.set_meters_dock(dock)
     meters.gpu_sampled.connect(strip.on_gpu)
+    meters.gpu_sampled.connect(dock.gpu_cards.on_gpu)
     meters.engine_sampled.connect(strip.on_engine)
     meters.sessions_sampled.connect(strip.on_sessions)
     meters.cost_updated.connect(strip.on_cost)

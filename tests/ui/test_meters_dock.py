@@ -1,0 +1,77 @@
+"""The meters dock: editable cost assumptions, per-GPU cards, CSV export."""
+
+from __future__ import annotations
+
+
+import httpx
+import pytest
+
+from tests.telemetry.fake_nvml import FakeNvml, device
+from workstation.config import Settings, load_settings
+from workstation.core.cost import SelfHostAssumptions, SelfHostMode
+from workstation.telemetry.meters import Meters
+from workstation.telemetry.nvml import NvmlReader
+from workstation.telemetry.prices import load_price_table
+
+pytestmark = pytest.mark.gui
+
+
+@pytest.fixture
+def dock(qtbot, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
+    from workstation.ui.meters.dock import MetersDock
+
+    monkeypatch.setenv("WORKSTATION_DATA_DIR", str(tmp_path / "data"))
+    http = httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(404)))
+    meters = Meters(http, gpu_reader=NvmlReader(FakeNvml(devices=[device(), device(uuid="GPU-1")])),
+                    prices=load_price_table(), api_model="gpt-4.1-mini",
+                    assumptions=SelfHostAssumptions(mode=SelfHostMode.GPU_HOURLY, gpu_hourly_usd=3.6))
+    widget = MetersDock(meters, settings=Settings(data_dir=tmp_path / "data"))
+    qtbot.addWidget(widget)
+    widget.show()
+    return widget
+
+
+def test_editing_an_assumption_reprices_and_is_kept_in_settings(dock, tmp_path):
+    editor = dock.assumptions_editor
+    editor.gpu_hourly.setValue(2.5)
+    assert dock.meters.cost.assumptions.gpu_hourly_usd == pytest.approx(2.5)
+    editor.mode.setCurrentIndex(editor.mode.findData(SelfHostMode.ENERGY.value))
+    editor.electricity.setValue(0.3)
+    assert dock.meters.cost.assumptions.mode is SelfHostMode.ENERGY
+    assert dock.meters.cost.assumptions.electricity_usd_per_kwh == pytest.approx(0.3)
+    assert not editor.gpu_hourly.isEnabled() and editor.electricity.isEnabled()
+    saved = load_settings()
+    assert saved.telemetry.electricity_usd_per_kwh == pytest.approx(0.3)
+    assert (tmp_path / "data" / "settings.json").stat().st_mode & 0o777 == 0o600
+
+
+def test_choosing_another_api_changes_the_comparison(dock):
+    editor = dock.assumptions_editor
+    target = next(i for i in range(editor.api.count()) if "gpt-4.1-mini" not in editor.api.itemData(i))
+    editor.api.setCurrentIndex(target)
+    key = editor.api.itemData(target)
+    assert f"{dock.meters.cost.api.provider}/{dock.meters.cost.api.model}" == key
+    assert load_settings().telemetry.api_price_model == key.split("/", 1)[1]
+
+
+def test_gpu_cards_show_each_gpu(dock):
+    reader = NvmlReader(FakeNvml(devices=[device(), device(uuid="GPU-1")]))
+    reader.open()
+    dock.gpu_cards.on_gpu(reader.read())
+    assert sorted(dock.gpu_cards.cards) == [0, 1]
+    assert "GPU0" in dock.gpu_cards.cards[0].text() and "util" in dock.gpu_cards.cards[0].text()
+
+
+def test_csv_export_writes_the_series_off_the_gui_thread(dock, tmp_path, qloop):
+    from tests.ui.conftest import run
+
+    dock.meters.series.record(1.0, {"gpu0.util_pct": 50.0}, units={"gpu0.util_pct": "%"})
+    out = tmp_path / "meters.csv"
+
+    async def body() -> None:
+        dock.csv_export.export_to(str(out))
+        await dock.csv_export._task
+
+    run(qloop, body())
+    assert out.read_text().splitlines()[0].startswith(("t", "time"))
+    assert "rows written" in dock.csv_export.status.text()
