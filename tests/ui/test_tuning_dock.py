@@ -69,7 +69,9 @@ def dock(qtbot, qloop, settings, store):  # type: ignore[no-untyped-def]
     qtbot.addWidget(d)
     d.set_checker(fed_checker)
     d.resize(1400, 420)
-    run(qloop, d.reload())
+    d.show()  # the first show reads the store (in a worker thread)
+    qtbot.waitExposed(d)
+    run(qloop, wait_until(lambda: d.view is not None))
     return d
 
 
@@ -106,24 +108,24 @@ def test_a_bad_profile_gets_its_check_in_plain_words(qloop, dock) -> None:  # ty
 
 
 def test_results_table_and_chart_from_stored_results(dock) -> None:  # type: ignore[no-untyped-def]
-    table = dock.results_table
+    table = dock.results_view.table
     assert table.rowCount() == 2
     row = [table.item(0, c).text() for c in range(table.columnCount())]
     assert row[:5] == ["fewer-seqs", VERSION, "smollm2", "47.5", "237.5"]  # newest first
-    assert row[5:9] == ["120", "480", "28", "95"] and row[9] == "90%"
-    bars = [i for i in dock.results_plot.getPlotItem().items if isinstance(i, pg.BarGraphItem)]
+    assert row[5:9] == ["120", "480", "28", "95"] and row[9] == "90%" and row[11].startswith("512/128 x 8")
+    bars = [i for i in dock.results_view.plot.getPlotItem().items if isinstance(i, pg.BarGraphItem)]
     assert len(bars) == 2
     table.selectRow(1)
-    bars = [i for i in dock.results_plot.getPlotItem().items if isinstance(i, pg.BarGraphItem)]
+    bars = [i for i in dock.results_view.plot.getPlotItem().items if isinstance(i, pg.BarGraphItem)]
     assert len(bars) == 1
 
 
 def test_shape_charts_drawn(dock) -> None:  # type: ignore[no-untyped-def]
-    assert dock.shape_list.count() == 1 and dock.shape_list.currentItem().text() == "fleet-3"
-    assert "12 requests from 3 sessions" in dock.shape_summary.text()
-    for plot in (dock.prompt_plot, dock.output_plot):
+    assert dock.shapes_view.shape_list.count() == 1 and dock.shapes_view.shape_list.currentItem().text() == "fleet-3"
+    assert "12 requests from 3 sessions" in dock.shapes_view.summary.text()
+    for plot in (dock.shapes_view.prompt_plot, dock.shapes_view.output_plot):
         assert [i for i in plot.getPlotItem().items if isinstance(i, pg.BarGraphItem)]
-    curves = dock.concurrency_plot.getPlotItem().listDataItems()
+    curves = dock.shapes_view.concurrency_plot.getPlotItem().listDataItems()
     assert curves and len(curves[0].yData) > 1
 
 
@@ -199,6 +201,7 @@ def app_with(qtbot, qloop, settings, store):  # type: ignore[no-untyped-def]
         app.window.resize(1600, 900)
         app.window.show()
         app.window.tuning_dock.show()
+        qtbot.waitExposed(app.window)
         made.append(app)
         return app, launchers
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import html
 import os
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,6 @@ from PySide6.QtWidgets import (  # noqa: E402
     QAbstractItemView,
     QDockWidget,
     QHBoxLayout,
-    QHeaderView,
     QLabel,
     QListWidget,
     QListWidgetItem,
@@ -37,8 +35,6 @@ from PySide6.QtWidgets import (  # noqa: E402
     QProgressBar,
     QPushButton,
     QSplitter,
-    QTableWidget,
-    QTableWidgetItem,
     QTabWidget,
     QVBoxLayout,
     QWidget,
@@ -56,6 +52,7 @@ from workstation.tuning.switch import EngineLike, LauncherFactory, SafeSwitch, S
 from workstation.ui import theme  # noqa: E402
 from workstation.ui.icons_fallback import safe_icon  # noqa: E402
 from workstation.ui.tasks import TaskOwner  # noqa: E402
+from workstation.ui.tuning_views import ResultsView, ShapesView, plain_label  # noqa: E402
 
 Checker = Callable[[Profile, Mapping[str, Profile]], CheckReport]
 """Blocking: a profile (with the catalogue its parents come from) → the check report."""
@@ -70,10 +67,7 @@ STEP_WORDS = {
     SwitchPhase.FAILED: "failed",
 }
 CANCELLABLE = (SwitchPhase.STARTING_NEW, SwitchPhase.PROBING)
-RESULT_COLUMNS = ("Profile", "Engine", "Model", "Output tok/s", "Total tok/s", "TTFT p50 ms", "TTFT p99 ms",
-                  "ITL p50 ms", "ITL p99 ms", "Goodput", "Workload", "When")
 RESULTS_LIMIT = 50
-CHART_BARS = 12
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,32 +108,6 @@ def read_store(store: TuningStore) -> StoreView:
     return StoreView(catalogue, problems, shapes, results)
 
 
-def _label(text: str = "", *, wrap: bool = True, mono: bool = False) -> QLabel:
-    label = QLabel(text)
-    label.setTextFormat(Qt.TextFormat.PlainText)
-    label.setWordWrap(wrap)
-    label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-    if mono:
-        label.setFont(theme.mono_font(8.5))
-    return label
-
-
-def _plot(title: str, height: int = 130) -> pg.PlotWidget:
-    plot = pg.PlotWidget(title=title)
-    plot.setMinimumHeight(height)
-    plot.setMouseEnabled(x=False, y=False)
-    plot.hideButtons()
-    plot.setMenuEnabled(False)
-    plot.showGrid(x=False, y=True, alpha=0.2)
-    for axis in ("bottom", "left"):
-        plot.getAxis(axis).enableAutoSIPrefix(False)
-    return plot
-
-
-def _ms(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:,.0f}"
-
-
 class TuningDock(QDockWidget):
     engine_replaced = Signal(object, object)
     """``(engine now serving, SwitchReport)`` after a switch that changed the serving engine."""
@@ -166,8 +134,10 @@ class TuningDock(QDockWidget):
         self.tabs = QTabWidget()
         self.tabs.setDocumentMode(True)
         self.tabs.addTab(self._build_profiles(), "Profiles")
-        self.tabs.addTab(self._build_shapes(), "Traffic shapes")
-        self.tabs.addTab(self._build_results(), "Results")
+        self.shapes_view = ShapesView()
+        self.results_view = ResultsView()
+        self.tabs.addTab(self.shapes_view, "Traffic shapes")
+        self.tabs.addTab(self.results_view, "Results")
         self.refresh_button = QPushButton("Refresh")
         self.refresh_button.setToolTip("Read profiles, shapes and results from the data folder again")
         self.refresh_button.clicked.connect(self.refresh)
@@ -185,7 +155,7 @@ class TuningDock(QDockWidget):
         self.profile_list = QListWidget()
         self.profile_list.currentItemChanged.connect(lambda *_: self._show_profile())
         col.addWidget(self.profile_list, 1)
-        self.problems_label = _label()
+        self.problems_label = plain_label()
         self.problems_label.setStyleSheet(f"color: {theme.AMBER.name()}")
         self.problems_label.hide()
         col.addWidget(self.problems_label)
@@ -198,18 +168,18 @@ class TuningDock(QDockWidget):
         self.profile_title.setFont(theme.ui_font(bold=True))
         self.profile_title.setTextFormat(Qt.TextFormat.PlainText)
         col.addWidget(self.profile_title)
-        self.profile_description = _label()
+        self.profile_description = plain_label()
         col.addWidget(self.profile_description)
-        self.diff_header = _label()
+        self.diff_header = plain_label()
         col.addWidget(self.diff_header)
-        self.diff_label = _label(mono=True)
+        self.diff_label = plain_label(mono=True)
         self.diff_label.setIndent(12)
         col.addWidget(self.diff_label)
         check_row = QHBoxLayout()
         self.check_icon = QLabel()
         self.check_icon.setFixedWidth(18)
         check_row.addWidget(self.check_icon)
-        self.check_label = _label()
+        self.check_label = plain_label()
         check_row.addWidget(self.check_label, 1)
         col.addLayout(check_row)
         self.findings = QListWidget()
@@ -237,64 +207,16 @@ class TuningDock(QDockWidget):
         self.stepper.setTextFormat(Qt.TextFormat.RichText)
         switch_row.addWidget(self.stepper, 1)
         col.addLayout(switch_row)
-        self.switch_status = _label()
+        self.switch_status = plain_label()
         col.addWidget(self.switch_status)
-        self.switch_report = _label(mono=True)
+        self.switch_report = plain_label(mono=True)
         self.switch_report.hide()
         col.addWidget(self.switch_report)
+        col.addStretch(1)
         split.addWidget(right)
         split.setStretchFactor(0, 1)
         split.setStretchFactor(1, 3)
         split.setSizes([260, 900])
-        return split
-
-    def _build_shapes(self) -> QWidget:
-        split = QSplitter(Qt.Orientation.Horizontal)
-        self.shape_list = QListWidget()
-        self.shape_list.currentItemChanged.connect(lambda *_: self._show_shape())
-        split.addWidget(self.shape_list)
-        right = QWidget()
-        col = QVBoxLayout(right)
-        col.setContentsMargins(8, 4, 8, 4)
-        self.shape_summary = _label()
-        col.addWidget(self.shape_summary)
-        charts = QHBoxLayout()
-        self.prompt_plot = _plot("Prompt tokens (requests per bucket)")
-        self.output_plot = _plot("Output tokens (requests per bucket)")
-        self.concurrency_plot = _plot("Requests in flight")
-        self.concurrency_plot.setLabel("bottom", "seconds")
-        for plot in (self.prompt_plot, self.output_plot, self.concurrency_plot):
-            charts.addWidget(plot, 1)
-        col.addLayout(charts, 1)
-        split.addWidget(right)
-        split.setStretchFactor(1, 4)
-        split.setSizes([220, 940])
-        return split
-
-    def _build_results(self) -> QWidget:
-        split = QSplitter(Qt.Orientation.Horizontal)
-        self.results_table = QTableWidget(0, len(RESULT_COLUMNS))
-        self.results_table.setHorizontalHeaderLabels(list(RESULT_COLUMNS))
-        self.results_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
-        self.results_table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
-        self.results_table.verticalHeader().hide()
-        self.results_table.verticalHeader().setDefaultSectionSize(20)
-        header = self.results_table.horizontalHeader()
-        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
-        header.setStretchLastSection(True)
-        self.results_table.itemSelectionChanged.connect(self._draw_results_chart)
-        split.addWidget(self.results_table)
-        right = QWidget()
-        col = QVBoxLayout(right)
-        col.setContentsMargins(4, 0, 4, 0)
-        self.results_plot = _plot("Output tok/s (selected rows, or the latest)", height=160)
-        col.addWidget(self.results_plot, 1)
-        self.results_note = _label()
-        col.addWidget(self.results_note)
-        split.addWidget(right)
-        split.setStretchFactor(0, 3)
-        split.setStretchFactor(1, 2)
-        split.setSizes([900, 500])
         return split
 
     # ----- what the app lends -----
@@ -327,8 +249,8 @@ class TuningDock(QDockWidget):
         self.view = view
         self.checks.clear()
         self._fill_profiles()
-        self._fill_shapes()
-        self._fill_results()
+        self.shapes_view.set_shapes(view.shapes)
+        self.results_view.set_results(view.results)
 
     # ----- profiles -----
     def _fill_profiles(self) -> None:
@@ -583,105 +505,3 @@ class TuningDock(QDockWidget):
 
     def _show_error(self, message: str) -> None:
         self._say(message, error=True)
-
-    # ----- shapes -----
-    def _fill_shapes(self) -> None:
-        assert self.view is not None
-        current = self.shape_list.currentItem()
-        keep = current.text() if current is not None else None
-        self.shape_list.blockSignals(True)
-        self.shape_list.clear()
-        for name, shape in self.view.shapes.items():
-            item = QListWidgetItem(name)
-            item.setToolTip(shape.summary_line() if isinstance(shape, TrafficShape) else shape)
-            self.shape_list.addItem(item)
-            if name == keep:
-                self.shape_list.setCurrentItem(item)
-        self.shape_list.blockSignals(False)
-        if self.shape_list.currentItem() is None and self.shape_list.count():
-            self.shape_list.setCurrentRow(0)
-        self._show_shape()
-
-    def _show_shape(self) -> None:
-        for plot in (self.prompt_plot, self.output_plot, self.concurrency_plot):
-            plot.clear()
-        item = self.shape_list.currentItem()
-        if self.view is None or item is None:
-            self.shape_summary.setText("No traffic shapes yet. Capture one from agent sessions with "
-                                       "`workstation shape capture`; it shows up here.")
-            return
-        shape = self.view.shapes.get(item.text())
-        if not isinstance(shape, TrafficShape):
-            self.shape_summary.setText(str(shape))
-            return
-        hit = "n/a" if shape.prefix_cache_hit_rate is None else \
-            f"{100 * shape.prefix_cache_hit_rate:.0f}% ({shape.prefix_cache_source})"
-        self.shape_summary.setText(
-            f"{shape.requests} requests from {shape.sessions} sessions in {shape.span_s:.0f} s "
-            f"({shape.request_rate_per_s:.2f} req/s). Prompt p50 {shape.prompt_tokens.p50:,.0f} / p90 "
-            f"{shape.prompt_tokens.p90:,.0f} tokens; output p50 {shape.completion_tokens.p50:,.0f} / p90 "
-            f"{shape.completion_tokens.p90:,.0f}. In flight: mean {shape.concurrency_mean:.1f}, p90 "
-            f"{shape.concurrency_p90:.1f}, max {shape.concurrency_max}. Shared prefix "
-            f"{100 * shape.shared_prefix_share:.0f}%, cache hits {hit}."
-            + (f"\n{'; '.join(shape.notes)}" if shape.notes else ""))
-        accent = theme.accent(self.palette())
-        for plot, hist in ((self.prompt_plot, shape.prompt_tokens.histogram),
-                           (self.output_plot, shape.completion_tokens.histogram)):
-            if not hist:
-                continue
-            xs = list(range(len(hist)))
-            plot.addItem(pg.BarGraphItem(x=xs, height=[c for _, c in hist], width=0.8, brush=accent, pen=None))
-            step = max(1, len(hist) // 6)
-            plot.getAxis("bottom").setTicks([[(i, f"≤{edge:,}") for i, (edge, _) in enumerate(hist)][::step]])
-        series = shape.concurrency_series
-        if series:
-            xs = [i * shape.bin_s for i in range(len(series))]
-            self.concurrency_plot.plot(xs, list(series), pen=pg.mkPen(accent, width=1.5))
-
-    # ----- results -----
-    def _fill_results(self) -> None:
-        assert self.view is not None
-        table = self.results_table
-        table.setSortingEnabled(False)
-        table.setRowCount(len(self.view.results))
-        for row, r in enumerate(self.view.results):
-            when = time.strftime("%Y-%m-%d %H:%M", time.localtime(r.created_s))
-            goodput = "n/a" if r.goodput_pct is None else f"{r.goodput_pct:.0f}%"
-            cells = (r.profile, r.engine_version, r.model, f"{r.output_tok_s:,.1f}", f"{r.total_tok_s:,.1f}",
-                     _ms(r.ttft.p50_ms), _ms(r.ttft.p99_ms), _ms(r.itl.p50_ms), _ms(r.itl.p99_ms), goodput,
-                     r.workload.describe(), when)
-            tip = f"{r.headline()}\n{r.workload.describe()} · {r.hardware_key} · {r.tool}"
-            for col, text in enumerate(cells):
-                item = QTableWidgetItem(text)
-                item.setToolTip(tip)
-                if 3 <= col <= 9:
-                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                table.setItem(row, col, item)
-        goodput_header = table.horizontalHeaderItem(RESULT_COLUMNS.index("Goodput"))
-        if self.view.results:
-            goodput_header.setToolTip(f"Requests that met the SLO: {self.view.results[0].slo.describe()}")
-        self.results_note.setText("" if self.view.results else
-                                  "No benchmark results yet. Run `workstation bench` against the engine; "
-                                  "results are stored and compared here.")
-        self._draw_results_chart()
-
-    def _draw_results_chart(self) -> None:
-        plot = self.results_plot
-        plot.clear()
-        if self.view is None or not self.view.results:
-            return
-        rows = sorted({i.row() for i in self.results_table.selectedIndexes()})
-        chosen = [self.view.results[r] for r in rows] or self.view.results[:CHART_BARS]
-        chosen = list(reversed(chosen[:CHART_BARS])) if not rows else chosen[:CHART_BARS]
-        groups: dict[str, int] = {}
-        palette = [theme.accent(self.palette()), theme.AMBER, theme.GREEN, theme.RED, theme.GREY]
-        for i, r in enumerate(chosen):
-            group = groups.setdefault(r.workload.describe(), len(groups))
-            plot.addItem(pg.BarGraphItem(x=[i], height=[r.output_tok_s], width=0.7,
-                                         brush=palette[group % len(palette)], pen=None))
-        plot.getAxis("bottom").setTicks([[(i, r.profile[:14]) for i, r in enumerate(chosen)]])
-        plot.setLabel("left", "output tok/s")
-        legend = "; ".join(f"colour {i + 1}: {w}" for w, i in groups.items()) if len(groups) > 1 else \
-            next(iter(groups), "")
-        self.results_note.setText(f"Workload: {legend}" if len(groups) == 1 else
-                                  f"Different workloads (not comparable): {legend}")
