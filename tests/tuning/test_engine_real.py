@@ -77,6 +77,12 @@ async def test_short_real_benchmark(lab, tmp_path):
     assert launcher.pid is None and not launcher.alive()
 
 
+THINK_S = 0.5
+"""Pause between a session's requests, as an agent runs its tools between turns. With none,
+four sessions keep a 2-core machine saturated and the new engine gets ~3% of a core:
+measured, it printed nothing within the 300 s start timeout."""
+
+
 async def test_switch_with_sessions_streaming(lab, tmp_path):
     from workstation.engine.chat_client import ChatClient, EngineHTTPError, EngineUnreachable
     from workstation.engine.http import make_http_client
@@ -117,6 +123,7 @@ async def test_switch_with_sessions_streaming(lab, tmp_path):
                                 retried += 1
                             else:
                                 lost += 1
+                    await asyncio.sleep(THINK_S)
 
             tasks = [asyncio.create_task(session(c), name=f"session-{i}") for i, c in enumerate(clients)]
             await asyncio.sleep(3.0)
