@@ -44,6 +44,14 @@ async def _cli(data: Path, *args: str) -> asyncio.subprocess.Process:
     )
 
 
+def _stored_any(data: Path) -> bool:
+    db = data / "store.sqlite3"
+    try:
+        return db.exists() and any(_histories(db).values())
+    except Exception:  # noqa: BLE001 - the store may be mid-creation
+        return False
+
+
 @pytest.mark.parametrize("kill_after_requests", [4, 8])
 async def test_sigkill_mid_run_then_resume(tmp_path: Path, git_repo: Path, kill_after_requests: int) -> None:
     data = tmp_path / "data"
@@ -54,7 +62,9 @@ async def test_sigkill_mid_run_then_resume(tmp_path: Path, git_repo: Path, kill_
                           "--task", "Write your token into note.txt. token=t0", *common)
         try:
             async with asyncio.timeout(60):
-                while len(server.requests) < kill_after_requests:
+                # mid-run means after some history is stored: the first requests include
+                # the prefix-cache priming, and a kill before any store flush saw nothing
+                while len(server.requests) < kill_after_requests or not _stored_any(data):
                     if proc.returncode is not None:
                         out = await proc.stdout.read() if proc.stdout else b""
                         raise AssertionError(f"run ended early: {out.decode()[-2000:]}")
