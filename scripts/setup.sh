@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Set up everything the app needs on a fresh Linux machine (idempotent):
-# system libraries Qt needs, the app's virtual environment (.venv), the managed vLLM
-# engine environment and the embedded model(s). Usage: scripts/setup.sh [--dev] [MODEL...]
+# system libraries Qt needs, the sandbox of agents' commands (bubblewrap), the app's
+# virtual environment (.venv), the managed vLLM engine environment and the embedded
+# model(s). Usage: scripts/setup.sh [--dev] [MODEL...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,10 +34,13 @@ if [ ${#need_libs[@]} -gt 0 ] || ! fc-list 2>/dev/null | grep -qi dejavu; then
   fi
 fi
 
-# Tests also exercise the command sandbox (bubblewrap) and validate the desktop entry.
+# The sandbox of agents' commands: installed where this can (root, sudo -n), else it stops
+# with the command to run; without it the app runs no command by itself.
+scripts/install_sandbox.sh
+
+# Tests also validate the desktop entry.
 if [ "$dev" = 1 ]; then
   missing_tools=()
-  command -v bwrap >/dev/null || missing_tools+=(bubblewrap)
   command -v desktop-file-validate >/dev/null || missing_tools+=(desktop-file-utils)
   command -v appstreamcli >/dev/null || missing_tools+=(appstream)
   if [ ${#missing_tools[@]} -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then

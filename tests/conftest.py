@@ -3,7 +3,8 @@
 The real vLLM CPU engine starts **once per test session** per model (``smollm2_engine``,
 ``tiny_engine``). Set ``WORKSTATION_TEST_ENGINE_URL`` / ``_KEY`` / ``_MODEL`` (and for the tiny
 model ``WORKSTATION_TEST_TINY_URL`` / ``_KEY`` / ``_MODEL``) to reuse engines that already
-run instead, e.g. while developing.
+run instead, e.g. while developing. Under ``CI=true`` a missing engine, model or sandbox
+fails the test instead of skipping it (``tests/helpers/prerequisites.py``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
+from tests.helpers.prerequisites import installed_engine, prepared_model, require_bwrap  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
 
 
@@ -49,17 +51,10 @@ def _start_engine(model: str, tmp_root: Path) -> Iterator[Endpoint]:
 
     from workstation.config import load_settings
     from workstation.engine.launcher import EngineLauncher
-    from workstation.engine.environment import find_engine
-    from workstation.engine.models import resolve_model
 
     settings = load_settings()
-    engine = find_engine(settings)
-    if engine is None:
-        pytest.skip("engine not set up (run `workstation engine setup`)")
-    try:
-        model_spec = resolve_model(settings, model)
-    except Exception as exc:  # noqa: BLE001 - reported as a skip reason
-        pytest.skip(f"model {model} not prepared: {exc}")
+    engine = installed_engine(settings)
+    model_spec = prepared_model(settings, model)
     loop = asyncio.new_event_loop()
     launcher = EngineLauncher(
         settings, engine, model_spec, log_dir=tmp_root / f"engine-{model}", profile="default"
@@ -95,6 +90,13 @@ def tiny_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Endpoint]:
         yield ext
         return
     yield from _start_engine("tiny", tmp_path_factory.mktemp("tiny-engine"))
+
+
+@pytest.fixture
+def bwrap_usable() -> None:
+    """Bubblewrap confines commands here (else skip; under ``CI=true`` fail). Use as
+    ``@pytest.mark.usefixtures("bwrap_usable")`` (``tests.helpers.prerequisites``)."""
+    require_bwrap()
 
 
 @pytest.fixture

@@ -202,6 +202,8 @@ class Application:
             self.sessions = ChatSessions(self.window, None)
             self.window.commands = self.sessions
         self._install_recorder()
+        if self.use_fleet:
+            self._spawn(self._show_sandbox(), "sandbox-status")
         if self.demo is not None and self.demo.record is not None:
             self.window.resize(1920, 1080)  # recorded as a 1080p screen, scaled to the output size
         else:
@@ -320,6 +322,17 @@ class Application:
             else:
                 log.warning("the fleet cannot take a changed endpoint; restart the app after an engine restart")
 
+    async def _show_sandbox(self) -> None:
+        """The banner over the grid while agents' commands are not confined (the agents
+        themselves ask for every command then, or refuse it headless: agent/sandbox_status.py)."""
+        from workstation.agent.sandbox import SandboxPolicy
+        from workstation.agent.sandbox_status import sandbox_status
+
+        status = await sandbox_status(SandboxPolicy.from_settings(self.settings))
+        log.log(logging.INFO if status.confined else logging.WARNING, "%s", status.summary())
+        if self.window is not None:
+            self.window.sandbox_banner.show_status(status)
+
     async def _build_fleet(self, endpoint: Any) -> None:
         """Fleet (after the first endpoint is known: a managed engine picks its port and
         key at start), its bridge to the window, the sessions in the store, meters."""
@@ -333,6 +346,7 @@ class Application:
             http=self.http, max_generating=self.settings.fleet.max_generating,
         )
         self.fleet = fleet
+        await self._show_sandbox()  # the settings the fleet's agents run under
         self.bridge = FleetBridge(fleet, self.window)
         self.window.attach_bridge(self.bridge)
         await fleet.start()

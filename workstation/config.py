@@ -124,9 +124,13 @@ class SandboxSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore")
 
     mode: Literal["auto", "required", "off"] = "auto"
-    """``auto``: bubblewrap where it works, else resource limits and a scrubbed environment
-    (the app says so once); ``required``: refuse commands without bubblewrap; ``off``: no
-    bubblewrap (said once)."""
+    """``auto``: bubblewrap; where it cannot run, no command runs unattended — each one asks
+    for your approval (whatever auto-approve says), and runs nobody watches refuse them.
+    ``required``: no command at all without bubblewrap. ``off`` (a RISK, your explicit
+    choice): no bubblewrap — commands can read and write whatever your user can (``~/.ssh``
+    too) and reach the network; only resource limits and a scrubbed environment remain."""
+    bwrap: str = ""
+    """The bubblewrap program; empty looks up ``bwrap`` on PATH."""
     network: Literal["none", "host"] = "none"
     """``none``: no network at all, not even the engine's port; ``host``: the host's network."""
     cpu_time_s: int = 900

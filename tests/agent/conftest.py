@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,6 +15,7 @@ import pytest_asyncio
 
 from tests.helpers.scripted_server import ScriptedServer
 from workstation.agent import Agent, AgentConfig
+from workstation.agent import sandbox as sb
 from workstation.core import agent_events as ev
 from workstation.core.approvals import ApprovalPolicy
 from workstation.engine.chat_client import ChatClient
@@ -27,6 +28,19 @@ GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.
 def git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
                           text=True, env=GIT_ENV).stdout.strip()
+
+
+@pytest.fixture
+def fresh_notices() -> Iterator[None]:
+    """The sandbox's notices and probes start empty (each is said once per process)."""
+    said = list(sb.notices.said)
+    sb.notices.said.clear()
+    sb.forget_probes()
+    try:
+        yield
+    finally:
+        sb.notices.said[:] = said
+        sb.forget_probes()
 
 
 @pytest_asyncio.fixture(loop_scope="function")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.agent.conftest import git
+from tests.helpers.prerequisites import needs_bwrap
 from tests.helpers.scripted_server import Reply, ScriptedServer, ToolCall
 from workstation.cli import main
 from workstation.core.endpoints import Endpoint
@@ -30,6 +31,7 @@ def _argv(server: ScriptedServer, repo: Path, *extra: str) -> list[str]:
             "--repo", str(repo), "--task", "add a greeting", *extra]
 
 
+@needs_bwrap  # its agents run commands unattended: only inside the sandbox
 def test_completes_with_exit_0_and_prints_events(git_repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
     script = [Reply(text="Looking first. ", tool_calls=[ToolCall("read_file", {"path": "app.py"})]),
               call("write_to_file", path="greet.py", content="print('hi')\n"),

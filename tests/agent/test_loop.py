@@ -9,6 +9,7 @@ from pathlib import Path
 import orjson
 
 from tests.agent.conftest import git
+from tests.helpers.prerequisites import needs_bwrap
 from tests.helpers.scripted_server import Fault, Reply, ScriptedServer, ToolCall
 from workstation.agent.prompts import NO_TOOL_USED, SYSTEM_PROMPT_NATIVE, SYSTEM_PROMPT_TEXT
 from workstation.agent.transcript import TranscriptBuilder
@@ -25,6 +26,7 @@ DONE = call("attempt_completion", result="finished")
 DIFF = "------- SEARCH\n    return a + b\n=======\n    return a * b\n+++++++ REPLACE"
 
 
+@needs_bwrap  # its agents run commands unattended: only inside the sandbox
 async def test_every_tool_round_trip(server: ScriptedServer, make_agent, git_repo: Path) -> None:
     server.push(
         call("list_files", path=".", recursive=True),

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.agent import sandbox_escapes as esc
+from tests.helpers.prerequisites import needs_bwrap
 from workstation.agent import sandbox as sb
 from workstation.agent.commands import run_command
 from workstation.agent.config import AgentConfig
@@ -33,7 +34,6 @@ from workstation.agent.sandbox import (
     SandboxMode,
     SandboxPolicy,
     mount_plan,
-    probe_bwrap,
 )
 from workstation.agent.tool_specs import ToolError
 from workstation.agent.toolbox import Toolbox
@@ -46,13 +46,6 @@ CONTROL = ["read_ssh", "read_aws", "write_outside", "write_home", "read_sibling"
            "list_app_data", "open_sqlite", "read_app_environ", "see_app_process", "engine_port"]
 
 
-def _bwrap_usable() -> bool:
-    sb.forget_probes()
-    return asyncio.run(probe_bwrap()).usable
-
-
-needs_bwrap = pytest.mark.skipif(not shutil.which("bwrap") or not _bwrap_usable(),
-                                 reason="bubblewrap is not installed or not usable here")
 
 
 @pytest.fixture
@@ -62,18 +55,6 @@ def workdir() -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def fresh_notices() -> Iterator[None]:
-    said = list(sb.notices.said)
-    sb.notices.said.clear()
-    sb.forget_probes()
-    try:
-        yield
-    finally:
-        sb.notices.said[:] = said
-        sb.forget_probes()
 
 
 def _python_for(user: str) -> list[str] | None:
@@ -211,7 +192,8 @@ async def test_limits_apply_and_cannot_be_raised(tmp_path: Path) -> None:
     policy = SandboxPolicy(cpu_time_s=77, file_size_bytes=1 << 20, address_space_bytes=4 << 30)
     result = await run_command("ulimit -t; ulimit -f; ulimit -v; ulimit -c; head -c 2000000 /dev/zero > big; "
                                "echo size=$(stat -c %s big); ulimit -t unlimited || echo refused",
-                               str(tmp_path), timeout_s=20, max_output_chars=4000, sandbox=policy)
+                               str(tmp_path), timeout_s=20, max_output_chars=4000, sandbox=policy,
+                               attended=True)  # with or without bubblewrap: a person approved it
     lines = result.output.splitlines()
     assert lines[:4] == ["77", "1024", str(4 << 20), "0"]  # bash: -f and -v in KiB
     assert "size=1048576" in result.output and "refused" in result.output
@@ -277,24 +259,46 @@ async def test_sessions_do_not_see_each_other(tmp_path: Path) -> None:
     assert "b's work" not in run.text and "No such file" in run.text
 
 
-async def test_fallback_is_said_once_and_limits_still_apply(tmp_path: Path, fresh_notices: None,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_without_bubblewrap_only_an_attended_command_runs(tmp_path: Path, fresh_notices: None,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fail closed at the runner itself: unconfined, a command runs only when a person
+    approved it (``attended``); the fallback is said once and the limits still apply."""
     monkeypatch.setattr(sb, "BWRAP_PROGRAM", "bwrap-is-not-installed-here")
     heard: list[sb.SandboxNotice] = []
     sb.notices.noticed.connect(heard.append)
+    marker = tmp_path / "ran"
     try:
         policy = SandboxPolicy(file_size_bytes=1 << 20)
+        with pytest.raises(ToolError, match="not confined here .bubblewrap .bwrap. is not installed. and nobody "
+                                            "approved it") as refused:
+            await run_command(f"touch {marker}", str(tmp_path), timeout_s=10, max_output_chars=1000, sandbox=policy)
+        assert not refused.value.mistake and not marker.exists()
         for _ in range(3):
             result = await run_command("ulimit -f; echo ran", str(tmp_path), timeout_s=10, max_output_chars=1000,
-                                       sandbox=policy)
+                                       sandbox=policy, attended=True)
             assert result.exit_code == 0 and result.output.splitlines() == ["1024", "ran"]
     finally:
         sb.notices.noticed.disconnect(heard.append)
-    assert [n.key for n in heard] == ["fallback"]
-    assert "WITHOUT the bubblewrap sandbox" in heard[0].message and "not installed" in heard[0].message
+    assert [n.key for n in heard] == ["unattended", "fallback"]
+    assert "nobody is present to approve each one" in heard[0].message
+    assert "sandbox.mode = off" in heard[0].message and "apt-get install bubblewrap" in heard[0].message
+    assert "WITHOUT the bubblewrap sandbox" in heard[1].message and "not installed" in heard[1].message
     with pytest.raises(ToolError, match="sandbox is required"):
         await run_command("true", str(tmp_path), timeout_s=5, max_output_chars=100,
-                          sandbox=SandboxPolicy(mode=SandboxMode.REQUIRED))
+                          sandbox=SandboxPolicy(mode=SandboxMode.REQUIRED), attended=True)
+    result = await run_command("echo off", str(tmp_path), timeout_s=5, max_output_chars=100,
+                               sandbox=SandboxPolicy(mode=SandboxMode.OFF))  # the user's choice
+    assert result.output.strip() == "off"
+
+
+async def test_a_bwrap_setting_that_names_no_program_is_unusable(tmp_path: Path, fresh_notices: None) -> None:
+    policy = SandboxPolicy(bwrap=str(tmp_path / "no-bwrap"))
+    probe = await sb.probe_bwrap(bwrap=policy.bwrap)
+    assert not probe.usable and "is not an executable file" in probe.reason
+    with pytest.raises(ToolError, match="nobody approved it"):
+        await run_command("true", str(tmp_path), timeout_s=5, max_output_chars=100, sandbox=policy)
+    settings = Settings(data_dir=tmp_path, sandbox=SandboxSettings(bwrap="/opt/bwrap"))
+    assert SandboxPolicy.from_settings(settings).bwrap == "/opt/bwrap"
 
 
 async def test_a_vanished_session_directory_is_a_plain_error(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import psutil
 
+from tests.helpers.prerequisites import needs_bwrap
 from tests.helpers.scripted_server import Reply, ScriptedServer, ToolCall
 from workstation.agent import AgentSnapshot, ApprovalBroker
 from workstation.agent.prompts import HEADLESS_ANSWER, INTERRUPTED_RESULT
@@ -137,6 +138,7 @@ def _sleepers(marker: str) -> list[psutil.Process]:
     return found
 
 
+@needs_bwrap  # its agents run commands unattended: only inside the sandbox
 async def test_stop_kills_a_running_command_and_leaves_history_consistent(server: ScriptedServer, make_agent) -> None:
     marker = f"{secrets.randbelow(10**6) + 10**6}.5"  # a unique `sleep` argument, seen from the host
     server.push(call("execute_command", command=f"sleep {marker} & wait"))

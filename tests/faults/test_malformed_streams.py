@@ -25,6 +25,7 @@ from tests.faults.conftest import (
     settle,
     spec,
 )
+from tests.helpers.prerequisites import needs_bwrap
 from tests.helpers.scripted_server import Fault, Reply, ScriptedServer
 from workstation.core.session_state import SessionState as S
 
@@ -58,6 +59,7 @@ def faulty_plan(injected: set[str]):
     return plan
 
 
+@needs_bwrap  # its agents run commands unattended: only inside the sandbox
 async def test_each_malformed_answer_is_retried_and_nothing_is_lost(
         tmp_path: Path, git_repo: Path, http: httpx.AsyncClient) -> None:
     injected: set[str] = set()

@@ -13,9 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers.prerequisites import needs_bwrap
+
 REPO = Path(__file__).resolve().parents[2]
 
 
+@needs_bwrap  # its agents run commands unattended: only inside the sandbox
 def test_store_writes_fail_then_recover_and_nothing_is_lost(tmp_path: Path, git_repo: Path) -> None:
     proc = subprocess.run(
         [sys.executable, str(REPO / "tests" / "faults" / "store_fsize_child.py"), str(tmp_path), str(git_repo)],

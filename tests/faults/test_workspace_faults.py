@@ -25,6 +25,7 @@ from tests.faults.conftest import (
     steps,
     until,
 )
+from tests.helpers.prerequisites import needs_bwrap
 from tests.helpers.scripted_server import ScriptedServer
 from workstation.core import agent_events as ev
 from workstation.core.errors import UserError
@@ -35,6 +36,7 @@ def _git(cwd: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(cwd), *args], check=True, capture_output=True, text=True).stdout
 
 
+@needs_bwrap  # its agents run commands unattended: only inside the sandbox
 async def test_git_index_lock_left_behind(tmp_path: Path, git_repo: Path, http: httpx.AsyncClient) -> None:
     """A crashed git left ``index.lock`` in the main repository and in a session's worktree.
 
@@ -108,6 +110,7 @@ async def test_a_command_printing_a_gigabyte(tmp_path: Path, git_repo: Path, htt
         await prove_alive(fleet, git_repo)
 
 
+@needs_bwrap  # its agents run commands unattended: only inside the sandbox
 async def test_binary_and_non_utf8_files_and_names(tmp_path: Path, git_repo: Path, http: httpx.AsyncClient) -> None:
     """Must hold: every tool answers (listing, reading, searching, running commands over such
     files) without crashing the agent; the transcript is complete and valid (a name that is
@@ -148,6 +151,7 @@ async def test_binary_and_non_utf8_files_and_names(tmp_path: Path, git_repo: Pat
         await prove_alive(fleet, git_repo)
 
 
+@needs_bwrap  # its agents run commands unattended: only inside the sandbox
 async def test_repository_deleted_under_a_running_session(tmp_path: Path, git_repo: Path,
                                                           http: httpx.AsyncClient) -> None:
     """The worktree of one session is deleted while its command runs; later the whole

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from tests.fleet.agent_script import STEPS, make_responder
+from tests.helpers.prerequisites import needs_bwrap
 from tests.helpers.scripted_server import ScriptedServer
 from workstation.core.fleet_events import GenerationSlotsChanged
 from workstation.core.session_state import SessionState as S
@@ -41,6 +42,7 @@ async def _check_history(fleet: Fleet, sid: str) -> list[dict]:
     return messages
 
 
+@needs_bwrap  # its agents run commands unattended: only inside the sandbox
 async def test_real_agent_fleet_run(tmp_path: Path, git_repo: Path) -> None:
     async with ScriptedServer(responder=make_responder()) as server, make_http_client() as http:
         fleet = Fleet(data_dir=tmp_path / "data", endpoints=[server.endpoint],
@@ -64,6 +66,7 @@ async def test_real_agent_fleet_run(tmp_path: Path, git_repo: Path) -> None:
         await fleet.aclose()
 
 
+@needs_bwrap  # its agents run commands unattended: only inside the sandbox
 async def test_engine_killed_mid_stream_sessions_wait_then_continue(tmp_path: Path, git_repo: Path) -> None:
     server = RestartableServer(responder=make_responder(delay_s=0.02, chunk_chars=2))
     await server.start()

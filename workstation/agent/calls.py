@@ -16,6 +16,8 @@ from workstation.agent.checkpoints import CheckpointError
 from workstation.agent.history import valid_text
 from workstation.agent.outcome import AgentOutcome
 from workstation.agent.protocols import ReplyCalls, tool_result_message
+from workstation.agent.sandbox_notices import notices, unattended_message
+from workstation.agent.sandbox_status import Confinement, sandbox_status
 from workstation.agent.tool_specs import (
     SPECS_BY_NAME, TOOL_NAMES, ToolArgumentError, ToolError, canonical_tool_name, normalize_arguments,
     summarize_call,
@@ -88,12 +90,22 @@ class ToolCallRunner:
                                        question=args["question"], options=options)
         approval_note = ""
         reason = self.config.approval.reason_to_ask(spec.category, args.get("command") if name == "execute_command" else None)
+        sandbox = None
+        if name == "execute_command":  # fail closed: no sandbox, no unattended commands
+            sandbox = await sandbox_status(self.config.sandbox)
+            if sandbox.confinement is Confinement.REFUSED:
+                return self._fail_call(call, args, sandbox.refusal, mistake=False, started=started), None
+            if sandbox.needs_person:
+                reason = "; ".join(r for r in (sandbox.approval_reason, reason) if r)
+        attended = False
         if reason:
             decision = await request_approval(
                 self._approver, self._emit, session_id=self.session_id, call_id=call.id, tool=name,
                 category=spec.category, arguments=args, summary=summary, reason=reason,
                 on_wait=lambda: self._set_state(AgentState.AWAITING_APPROVAL, summary))
             if decision is None:
+                if sandbox is not None and sandbox.needs_person:
+                    notices.say("unattended", unattended_message(sandbox.reason))
                 self._finish_call(call, args, "denied", prompts.headless_refusal(reason), started)
                 return "denied", None
             if not decision.approved:
@@ -108,6 +120,7 @@ class ToolCallRunner:
                 approval_note = "\n[The user edited this action before approving it.]"
             if decision.feedback:
                 approval_note += f"\n[User's note: {decision.feedback}]"
+            attended = True  # a person approved this very call
         await self._between_steps()
         self._set_state(AgentState.RUNNING_TOOL, summary)
         on_output = None
@@ -115,7 +128,7 @@ class ToolCallRunner:
             self._commands_run.append(args["command"])
             on_output = lambda text: self._emit(ev.CommandOutputStreamed(self.session_id, call.id, text))  # noqa: E731
         try:
-            run = await self._toolbox.run(name, args, on_output=on_output)
+            run = await self._toolbox.run(name, args, on_output=on_output, attended=attended)
         except ToolError as exc:
             status = self._fail_call(call, args, str(exc), mistake=exc.mistake, started=started)
             return status, None

@@ -144,12 +144,16 @@ async def run_command(
     on_output: Callable[[str], None] | None = None,
     kill_grace_s: float = 2.0,
     env: Mapping[str, str] | None = None,
-    sandbox: SandboxPolicy | None = None,
+    sandbox: SandboxPolicy | None,
+    attended: bool = False,
 ) -> CommandResult:
     """Run ``command`` through the shell in ``cwd``; cancellation kills its process group.
 
     With ``sandbox``, it runs confined (bubblewrap where usable) under resource limits; a
-    command that cannot run at all raises ``ToolError``."""
+    command that cannot run at all raises ``ToolError`` — among them, where bubblewrap is
+    unusable, every command a person did not approve (``attended``), unless the policy's
+    mode is ``off``. ``sandbox=None`` runs it unconfined: only for callers that are not an
+    agent (the runner's own tests); it must be said, so there is no default."""
     started = time.monotonic()
     environment = dict(env) if env is not None else scrubbed_environment()
     if sandbox is None:
@@ -157,7 +161,7 @@ async def run_command(
         return await _supervise(proc, started, timeout_s, max_output_chars, on_output, kill_grace_s)
     from workstation.agent.sandbox import end_sandbox, prepare
 
-    prepared = await prepare(command, cwd, sandbox, environment, _shell())
+    prepared = await prepare(command, cwd, sandbox, environment, _shell(), attended=attended)
     kill = end_sandbox if prepared.sandboxed else _kill_group
     try:
         proc = await _spawn(prepared.argv, cwd, prepared.env, prepared.preexec_fn, kill)

@@ -34,10 +34,14 @@ thread count plus ``max_processes``, since the kernel counts all of the user's t
 root is exempt from it, so root gets a pids cgroup where one can be made, see
 ``pids_cgroup.py``), ``RLIMIT_CORE`` 0; soft = hard, so a command cannot raise them.
 
-Where bubblewrap is missing or refused (no unprivileged user namespaces, an AppArmor
-rule), or turned off in settings, :data:`notices` says so once — a log warning and a
-:class:`SandboxNotice` on ``notices.noticed`` for the UI — and commands run with the limits
-and the scrubbed environment only. ``mode="required"`` refuses to run them instead.
+Fail closed. Where bubblewrap is missing or refused (no unprivileged user namespaces, an
+AppArmor rule), a command never runs unattended: in ``mode="auto"`` (the default) it runs
+only when a person approved that very command (``attended=True``, which the agent passes
+after asking — see ``sandbox_status.py``), with the limits and the scrubbed environment
+only; unattended it is refused. ``mode="required"`` refuses every command there.
+``mode="off"`` is the user's explicit choice in settings: no bubblewrap, limits only, the
+approval policy as configured. :data:`notices` says each of these once — a log warning and
+a :class:`SandboxNotice` on ``notices.noticed`` for the UI.
 """
 
 from __future__ import annotations
@@ -56,9 +60,13 @@ from enum import Enum
 from pathlib import Path
 
 import psutil
-from psygnal import Signal
-
 from workstation.agent.pids_cgroup import CommandCgroup, PidsCgroups
+from workstation.agent.sandbox_notices import (  # noqa: F401 - re-exported: the UI reads them here
+    SandboxNotice,
+    fallback_message,
+    notices,
+    unattended_message,
+)
 from workstation.agent.tool_specs import ToolError
 from workstation.config import Settings, default_data_dir
 
@@ -120,6 +128,8 @@ class SandboxPolicy:
     """The app's data folders (hidden); the default data dir is always added."""
     hidden_paths: tuple[str, ...] = ()
     """More paths to hide."""
+    bwrap: str = ""
+    """The bubblewrap program; empty looks up ``bwrap`` on PATH."""
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SandboxPolicy:
@@ -133,38 +143,9 @@ class SandboxPolicy:
             cpu_time_s=limit(s.cpu_time_s, 1), address_space_bytes=limit(s.address_space_gib, GIB),
             max_processes=limit(s.max_processes, 1), file_size_bytes=limit(s.file_size_gib, GIB),
             tmp_size_bytes=max(16 * MIB, int(s.tmp_size_mib * MIB)),
-            app_data_dirs=(str(settings.data_dir),), hidden_paths=tuple(s.hidden_paths),
+            app_data_dirs=(str(settings.data_dir),), hidden_paths=tuple(s.hidden_paths), bwrap=s.bwrap,
         )
 
-
-# ----------------------------------------------------------------------------- notices
-@dataclass(frozen=True, slots=True)
-class SandboxNotice:
-    key: str
-    """``fallback``, ``off`` or ``processes``: what the notice is about."""
-    message: str
-
-
-class SandboxNotices:
-    """What the sandbox has to tell the user, each said once per process."""
-
-    noticed = Signal(object)
-    """A :class:`SandboxNotice` (emitted on the thread that ran the command: the loop's)."""
-
-    def __init__(self) -> None:
-        self.said: list[SandboxNotice] = []
-
-    def say(self, key: str, message: str) -> None:
-        if any(n.key == key for n in self.said):
-            return
-        notice = SandboxNotice(key, message)
-        self.said.append(notice)
-        log.warning("%s", message)
-        self.noticed.emit(notice)
-
-
-notices = SandboxNotices()
-"""The process's notices; the UI connects to ``notices.noticed`` and reads ``notices.said``."""
 
 _session_roots: set[str] = set()
 
@@ -201,6 +182,8 @@ async def probe_bwrap(network: NetworkAccess = NetworkAccess.NONE, *, bwrap: str
         return cached
     if not path:
         probe = BwrapProbe(False, "", "bubblewrap (bwrap) is not installed")
+    elif not (os.path.isfile(path) and os.access(path, os.X_OK)):
+        probe = BwrapProbe(False, path, f"the bubblewrap program {path} (sandbox.bwrap) is not an executable file")
     else:
         probe = await _run_probe(path, network)
     _probes[key] = probe
@@ -477,22 +460,16 @@ async def end_sandbox(proc: asyncio.subprocess.Process, grace_s: float) -> None:
             await asyncio.wait_for(proc.wait(), timeout=5.0)
 
 
-def _fallback_message(reason: str) -> str:
-    return (
-        f"Agent commands run WITHOUT the bubblewrap sandbox: {reason}. They still run in their "
-        "own process group with a scrubbed environment and resource limits (CPU time, memory, "
-        "processes, file size), but they can read and write whatever your user can, and reach "
-        "the network. To confine them, install bubblewrap (Debian/Ubuntu: apt install bubblewrap) "
-        "and allow unprivileged user namespaces."
-    )
-
-
 async def prepare(command: str, cwd: str, policy: SandboxPolicy, env: dict[str, str],
-                  shell: Sequence[str]) -> PreparedCommand:
+                  shell: Sequence[str], *, attended: bool = False) -> PreparedCommand:
     """The argv, environment and child set-up that run ``command`` under ``policy``.
 
+    ``attended``: a person approved this very command. Without bubblewrap (``mode="auto"``)
+    only such a command runs; unattended ones are refused.
+
     Raises :class:`ToolError` (not a mistake of the model) when the command cannot run at
-    all: the session's directory is gone, or bubblewrap is required and unusable.
+    all: the session's directory is gone, or bubblewrap is unusable and the command is
+    unattended (``auto``) or the sandbox required (``required``).
     """
     root = os.path.realpath(cwd)
     if not os.path.isdir(root):
@@ -515,9 +492,10 @@ async def prepare(command: str, cwd: str, policy: SandboxPolicy, env: dict[str, 
         argv = [*shell, command]
         sandboxed = False
         if policy.mode is SandboxMode.OFF:
-            notices.say("off", _fallback_message("it is turned off in settings (sandbox.mode = off)"))
+            notices.say("off", fallback_message("it is turned off in settings (sandbox.mode = off)",
+                                                 "your choice, so commands follow the approval policy as set"))
         else:
-            probe = await probe_bwrap(policy.network)
+            probe = await probe_bwrap(policy.network, bwrap=policy.bwrap or None)
             if probe.usable:
                 argv = bwrap_argv(probe, policy, root, argv, home=env.get("HOME"))
                 env = {k: v for k, v in env.items() if k not in ("XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS")}
@@ -528,26 +506,18 @@ async def prepare(command: str, cwd: str, policy: SandboxPolicy, env: dict[str, 
                                         f"(sandbox.mode = required) but {probe.reason}.")
                 raise ToolError(f"commands cannot run here: the sandbox is required but {probe.reason}",
                                 mistake=False)
+            elif not attended:
+                notices.say("unattended", unattended_message(probe.reason))
+                raise ToolError(f"this command was not run: commands are not confined here ({probe.reason}) "
+                                "and nobody approved it", mistake=False)
             else:
-                notices.say("fallback", _fallback_message(probe.reason))
+                notices.say("fallback", fallback_message(
+                    probe.reason, "each command runs only after a person approved it"))
     except BaseException:
         if cgroup is not None:
             _cgroups.release(cgroup)
         raise
     return PreparedCommand(argv, env, _preexec(limits, cgroup), sandboxed, cgroup, limits)
-
-
-async def describe(policy: SandboxPolicy | None = None) -> str:
-    """One line for ``doctor`` and the UI: how commands will be confined here."""
-    policy = policy or SandboxPolicy()
-    if policy.mode is SandboxMode.OFF:
-        return "command sandbox: off in settings (limits and environment scrub only)"
-    probe = await probe_bwrap(policy.network)
-    if not probe.usable:
-        how = "commands refused" if policy.mode is SandboxMode.REQUIRED else "limits and environment scrub only"
-        return f"command sandbox: NOT available ({probe.reason}); {how}"
-    net = "no network" if policy.network is NetworkAccess.NONE else "host network"
-    return f"command sandbox: bubblewrap ({probe.path}), {net}"
 
 
 def forget_probes() -> None:

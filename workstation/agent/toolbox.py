@@ -51,8 +51,10 @@ class Toolbox:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(tool_executor(), functools.partial(fn, *args, **kwargs))
 
-    async def run(self, tool: str, args: dict[str, Any], *, on_output: Callable[[str], None] | None = None) -> ToolRun:
-        """Run ``tool``; raises :class:`ToolError` with the model-facing message on failure."""
+    async def run(self, tool: str, args: dict[str, Any], *, on_output: Callable[[str], None] | None = None,
+                  attended: bool = False) -> ToolRun:
+        """Run ``tool``; raises :class:`ToolError` with the model-facing message on failure.
+        ``attended``: a person approved this very call (an unconfined command needs it)."""
         cfg = self.config
         cap = cfg.result_char_cap()
         jail = self.jail
@@ -88,7 +90,7 @@ class Toolbox:
             result = await run_command(
                 command, str(jail.root), timeout_s=cfg.command_timeout_s,
                 max_output_chars=min(cfg.command_output_max_chars, cap), on_output=on_output,
-                kill_grace_s=cfg.command_kill_grace_s, sandbox=cfg.sandbox,
+                kill_grace_s=cfg.command_kill_grace_s, sandbox=cfg.sandbox, attended=attended,
             )
             return ToolRun(result.for_model(command, cfg.command_timeout_s), True)
         raise ToolError(f"{tool} cannot run here")

@@ -137,6 +137,8 @@ async def _run(args: argparse.Namespace) -> int:
 
     from workstation.agent import Agent, AgentConfig, ProtocolChoice
     from workstation.agent.model_info import fetch_context_window
+    from workstation.agent.sandbox import SandboxPolicy
+    from workstation.agent.sandbox_status import sandbox_status
     from workstation.config import load_settings
     from workstation.core.agent_events import AgentMode, RunStatus
     from workstation.core.approvals import ApprovalPolicy
@@ -167,10 +169,14 @@ async def _run(args: argparse.Namespace) -> int:
             approval=policy, user_present=interactive, temperature=args.temperature,
             max_tokens_per_turn=min(args.max_tokens, max(256, window // 2)), context_window_tokens=window,
             max_turns=args.max_turns, command_timeout_s=args.command_timeout,
+            sandbox=SandboxPolicy.from_settings(settings),
         )
         session = args.session or f"cli-{time.strftime('%Y%m%d-%H%M%S')}"
         agent = Agent(session, repo, args.task, ChatClient(http, endpoint), config, on_event=printer,
                       approver=_terminal_approver if interactive else None)
+        sandbox = await sandbox_status(config.sandbox)
+        if not sandbox.confined:
+            say(f"note: {sandbox.summary()}" + (f"; to confine them: {sandbox.fix}" if sandbox.fix else ""))
         if not args.json:
             say(f"agent {session} on {endpoint.model} at {endpoint.base_url} in {agent.root} "
                 f"({args.mode} mode, {policy.describe()}, context {window:,} tokens)")

@@ -15,7 +15,7 @@ from workstation.core.errors import UserError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    doctor = subparsers.add_parser("doctor", help="report Python, Qt, engine, models, GPU and disk")
+    doctor = subparsers.add_parser("doctor", help="report Python, Qt, engine, models, GPU, command sandbox and disk")
     doctor.add_argument("--json", action="store_true", help="one JSON object instead of sentences")
     doctor.set_defaults(func=_doctor)
 
@@ -46,6 +46,16 @@ def gpu_report() -> dict:
             "reason": "" if gpus else snapshot.message}
 
 
+def sandbox_report(settings) -> dict:  # noqa: ANN001 - Settings, imported lazily with the rest
+    """Whether agents' commands are sandboxed here, and why not (``agent/sandbox_status.py``)."""
+    import asyncio
+
+    from workstation.agent.sandbox import SandboxPolicy
+    from workstation.agent.sandbox_status import sandbox_status
+
+    return asyncio.run(sandbox_status(SandboxPolicy.from_settings(settings))).as_dict()
+
+
 def collect() -> dict:
     from workstation.engine.environment import find_engine, has_nvidia_gpu
     from workstation.engine.models import BUILTIN_MODELS, check_model_dir, model_dir
@@ -72,6 +82,7 @@ def collect() -> dict:
     }
     report["gpu"] = gpu_report()
     report["nvidia_driver_present"] = has_nvidia_gpu()
+    report["sandbox"] = sandbox_report(settings)
     target = settings.data_dir if settings.data_dir.exists() else settings.data_dir.parent
     while not target.exists():
         target = target.parent
@@ -110,6 +121,10 @@ def _doctor(args: argparse.Namespace) -> int:
             print(f"  GPU{g['index']}: {g['name']}, {g['memory_total_gb']} GB")
     else:
         print(f"GPU: {gpu.get('reason', 'no GPU found')} — the engine runs on the CPU")
+    sandbox = report["sandbox"]
+    print(f"command sandbox: {sandbox['summary']}")
+    if sandbox["fix"]:
+        print(f"  to confine them: {sandbox['fix']}")
     d = report["disk"]
     print(f"disk: {d['free_gb']} GB free of {d['total_gb']} GB at {d['path']}")
     return 0

@@ -278,7 +278,8 @@ def _shape_capture(args: argparse.Namespace) -> int:
                     engine_endpoint(settings, model=args.model, progress=lambda m: _say(f"engine: {m}")))
             workdir = Path(tempfile.mkdtemp(prefix="capture-", dir=store.root if store.root.is_dir() else None))
             shape = await capture_fleet_shape(http, endpoint, name=name, sessions=args.sessions,
-                                              duration_s=args.duration_s, workdir=workdir, say=_say)
+                                              duration_s=args.duration_s, workdir=workdir, say=_say,
+                                              settings=settings)
         path = store.save_shape(shape)
         print(shape.summary_line())
         print(f"saved {path}")

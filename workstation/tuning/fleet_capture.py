@@ -23,6 +23,7 @@ from pathlib import Path
 
 import httpx
 
+from workstation.config import Settings, load_settings
 from workstation.core.endpoints import Endpoint
 from workstation.core.errors import UserError
 from workstation.core.session_state import SessionState
@@ -61,14 +62,18 @@ async def capture_fleet_shape(
     max_generating: int | None = None,
     keep_busy: bool = True,
     say: Callable[[str], None] | None = None,
+    settings: Settings | None = None,
 ) -> TrafficShape:
+    """Agents' commands run under ``settings.sandbox`` (default: the loaded settings), as in
+    the window and ``run``."""
     say = say or (lambda _m: None)
+    settings = settings or load_settings()
     manifest = load_manifest()
     planned = plan_sessions(manifest, sessions)
     repos = await asyncio.to_thread(prepare_repositories, manifest, workdir / "repos",
                                     only={p.repository.name for p in planned})
     recorder = TrafficRecorder(name, http=http, endpoint=endpoint)
-    fleet = Fleet(data_dir=workdir / "fleet", endpoints=[endpoint], agent_factory=real_agent_factory(http),
+    fleet = Fleet(data_dir=workdir / "fleet", endpoints=[endpoint], agent_factory=real_agent_factory.from_settings(http, settings),
                   http=http, max_generating=max_generating or sessions, resume_on_start=False)
     await fleet.start()
     try:

@@ -36,6 +36,7 @@ from workstation.ui.panes.focus_view import FocusView
 from workstation.ui.panes.session_pane import PaneInfo, SessionPane
 from workstation.ui.panes.tile_grid import TileGrid
 from workstation.ui.panes.transcript_doc import TranscriptDoc
+from workstation.ui.sandbox_banner import SandboxBanner
 from workstation.ui.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,9 @@ class MainWindow(QMainWindow):
         column = QVBoxLayout(central)
         column.setContentsMargins(4, 2, 4, 2)
         column.setSpacing(3)
+        self.sandbox_banner = SandboxBanner()  # shown while agents' commands are not confined
+        self.sandbox_banner.settings_requested.connect(lambda: self.open_settings("sandbox"))
+        column.addWidget(self.sandbox_banner)
         self.meter_strip_host = QVBoxLayout()
         self.meter_strip_host.setContentsMargins(0, 0, 0, 0)
         column.addLayout(self.meter_strip_host)
@@ -407,10 +411,10 @@ class MainWindow(QMainWindow):
         self.new_session_dialog = dialog
         dialog.open()
 
-    def open_settings(self) -> None:
+    def open_settings(self, section: str = "") -> None:
         from workstation.ui.dialogs.settings_dialog import SettingsDialog
 
-        dialog = SettingsDialog(self.settings, self)
+        dialog = SettingsDialog(self.settings, self, section=section)
         dialog.saved.connect(self._on_settings_saved)
         dialog.finished.connect(dialog.deleteLater)
         self.settings_dialog = dialog

@@ -1,6 +1,7 @@
 """Settings over :mod:`workstation.config`: one tab per section, a field per setting,
 its docstring as the tooltip. Invalid values are named inline; Save writes the file
-(most settings apply at the next start; the theme applies at once)."""
+(most settings apply at the next start; the theme applies at once). The Sandbox tab names
+the risk of ``mode = off`` in words, always visible, and in red while it is chosen."""
 
 from __future__ import annotations
 
@@ -31,7 +32,14 @@ from PySide6.QtWidgets import (
 from workstation.config import Settings, save_settings
 from workstation.ui import theme
 
-SECTIONS = ("engine", "fleet", "telemetry", "ui")
+SECTIONS = ("engine", "fleet", "telemetry", "ui", "sandbox")
+SANDBOX_RISK = (
+    "Agents' commands run inside bubblewrap: they see only their own worktree, not your secrets "
+    "(~/.ssh, ~/.aws …) or the app's data, and have no network. Where bubblewrap cannot run, each "
+    "command waits for your approval and runs nobody watches refuse them. mode = off is a RISK: "
+    "commands then run unconfined — they can read and write whatever your user can, ~/.ssh "
+    "included, and reach the network — and auto-approved ones run without asking."
+)
 
 
 @cache
@@ -114,8 +122,9 @@ class SettingsDialog(QDialog):
     saved = Signal(object)
     """The new :class:`Settings`."""
 
-    def __init__(self, settings: Settings, parent: QWidget | None = None) -> None:
+    def __init__(self, settings: Settings, parent: QWidget | None = None, *, section: str = "") -> None:
         super().__init__(parent)
+        open_section = section
         self.setWindowTitle("Settings")
         self.setModal(True)
         self.setMinimumWidth(560)
@@ -138,6 +147,10 @@ class SettingsDialog(QDialog):
                 section_fields[name] = f
             self.fields[section] = section_fields
             self.tabs.addTab(page, section.capitalize())
+            if section == "sandbox":
+                self._add_sandbox_risk(form, section_fields["mode"])
+        if open_section in SECTIONS:
+            self.tabs.setCurrentIndex(SECTIONS.index(open_section))
         self.error = QLabel("")
         self.error.setWordWrap(True)
         self.error.setTextFormat(Qt.TextFormat.PlainText)
@@ -156,6 +169,20 @@ class SettingsDialog(QDialog):
         layout.addWidget(self.error)
         layout.addWidget(note)
         layout.addWidget(buttons)
+
+    def _add_sandbox_risk(self, form: QFormLayout, mode: _Field) -> None:
+        self.sandbox_risk = QLabel(SANDBOX_RISK)
+        self.sandbox_risk.setWordWrap(True)
+        self.sandbox_risk.setTextFormat(Qt.TextFormat.PlainText)
+        form.insertRow(0, self.sandbox_risk)
+        combo = mode.widget
+        assert isinstance(combo, QComboBox)
+
+        def mark(text: str) -> None:
+            self.sandbox_risk.setStyleSheet(f"color: {theme.RED.name()}; font-weight: bold;" if text == "off" else "")
+
+        combo.currentTextChanged.connect(mark)
+        mark(combo.currentText())
 
     def values(self) -> dict[str, Any]:
         data = self.settings.model_dump(mode="python", exclude={"data_dir"})
