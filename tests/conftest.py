@@ -4,7 +4,8 @@ The real vLLM CPU engine starts **once per test session** per model (``smollm2_e
 ``tiny_engine``). Set ``WORKSTATION_TEST_ENGINE_URL`` / ``_KEY`` / ``_MODEL`` (and for the tiny
 model ``WORKSTATION_TEST_TINY_URL`` / ``_KEY`` / ``_MODEL``) to reuse engines that already
 run instead, e.g. while developing. Under ``CI=true`` a missing engine, model or sandbox
-fails the test instead of skipping it (``tests/helpers/prerequisites.py``).
+fails the test instead of skipping it (``tests/helpers/prerequisites.py``), and every run
+ends with how many tests of each marker ran (``tests/helpers/marker_counts.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from tests.helpers.prerequisites import installed_engine, prepared_model, require_bwrap  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
+
+pytest_plugins = ["tests.helpers.marker_counts"]
 
 
 @pytest.fixture(autouse=True)

@@ -11,27 +11,20 @@ import httpx
 import psutil
 import pytest
 
+from tests.helpers.prerequisites import installed_engine, missing, prepared_model
 from workstation.config import load_settings
-from workstation.core.errors import UserError
 from workstation.engine.chat_client import ChatClient
-from workstation.engine.environment import find_engine
 from workstation.engine.flags import UnknownFlagError
 from workstation.engine.http import make_http_client
 from workstation.engine.launcher import EngineLauncher, EngineStartError, EngineState
-from workstation.engine.models import resolve_model
 
 pytestmark = pytest.mark.engine
 
 
 def _tiny_launcher(tmp_path, **kwargs) -> EngineLauncher:
     settings = load_settings()
-    engine = find_engine(settings)
-    if engine is None:
-        pytest.skip("engine not set up (run `workstation engine setup`)")
-    try:
-        model = resolve_model(settings, "tiny")
-    except UserError as exc:
-        pytest.skip(str(exc))
+    engine = installed_engine(settings)
+    model = prepared_model(settings, "tiny")
     return EngineLauncher(settings, engine, model, log_dir=tmp_path, profile="default", **kwargs)
 
 
@@ -169,14 +162,13 @@ def test_bad_setups_give_a_clear_message_and_no_traceback(tmp_path, setup, expec
     env = {"WORKSTATION_DATA_DIR": str(data)}
     real = load_settings()
     if setup != "no-engine":
-        if find_engine(real) is None:
-            pytest.skip("engine not set up")
+        installed_engine(real)
         (data / "engine").mkdir(parents=True)
         (data / "engine" / "venv").symlink_to(real.engine_venv)
     if setup == "corrupt-model":
         src = real.models_dir / "smollm2"
         if not src.is_dir():
-            pytest.skip("smollm2 not prepared")
+            missing("smollm2 not prepared (run `workstation model prepare smollm2`)")
         dst = data / "models" / "smollm2"
         dst.mkdir(parents=True)
         for f in src.iterdir():
@@ -225,8 +217,7 @@ asyncio.run(main())
 
 
 def test_engine_dies_with_the_app_when_the_app_is_killed(tmp_path):
-    if find_engine(load_settings()) is None:
-        pytest.skip("engine not set up")
+    installed_engine(load_settings())
     app = subprocess.Popen([sys.executable, "-c", ORPHAN_SCRIPT, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:
         line = app.stdout.readline()

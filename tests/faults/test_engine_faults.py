@@ -29,6 +29,7 @@ import psutil
 import pytest
 
 from tests.faults.conftest import check_transcript, running_fleet, until
+from tests.helpers.prerequisites import installed_engine, prepared_model
 from workstation.agent import ProtocolChoice
 from workstation.core import agent_events as ev
 from workstation.core.endpoints import Endpoint
@@ -57,19 +58,12 @@ class EngineThread:
 
     async def _start(self) -> Endpoint:
         from workstation.config import load_settings
-        from workstation.engine.environment import find_engine
         from workstation.engine.launcher import EngineLauncher
-        from workstation.engine.models import resolve_model
 
         settings = load_settings()
         settings.engine.kv_cache_gib = 1.0
-        engine = find_engine(settings)
-        if engine is None:
-            pytest.skip("engine not set up (run `workstation engine setup`)")
-        try:
-            model = resolve_model(settings, "tiny")
-        except Exception as exc:  # noqa: BLE001 - a skip reason
-            pytest.skip(f"tiny model not prepared: {exc}")
+        engine = installed_engine(settings)
+        model = prepared_model(settings, "tiny")
         self.launcher = EngineLauncher(settings, engine, model, log_dir=self.log_dir, profile="default")
         return await self.launcher.start()
 

@@ -1,5 +1,6 @@
 import pytest
 
+from tests.helpers.prerequisites import installed_engine, prepared_model
 from workstation.core.profiles import PRESETS, Profile, effective
 from workstation.tuning.checks import (
     Severity,
@@ -106,12 +107,10 @@ def test_ladder_is_clean_on_a_gpu_with_a_hybrid_mtp_model():
 @pytest.fixture(scope="module")
 def installed():
     from workstation.config import load_settings
-    from workstation.engine.environment import engine_help_text, find_engine
+    from workstation.engine.environment import engine_help_text
 
     settings = load_settings()
-    engine = find_engine(settings)
-    if engine is None:
-        pytest.skip("engine not set up (run `workstation engine setup`)")
+    engine = installed_engine(settings)
     return settings, engine, engine_help_text(engine, settings.cache_dir)
 
 
@@ -129,14 +128,10 @@ def test_every_preset_flag_exists_in_the_installed_engine(installed):
 
 @pytest.mark.engine
 def test_real_check_of_a_typo_and_of_the_ladder_on_this_machine(installed):
-    from workstation.engine.models import resolve_model
     from workstation.tuning.checks import check_against_engine
 
     settings, engine, _ = installed
-    try:
-        model = resolve_model(settings, "tiny")
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"tiny model not prepared: {exc}")
+    model = prepared_model(settings, "tiny")
     typo = Profile("typo", "", args=("--max-num-seqz", "8"), parent="default")
     report = check_against_engine(settings, engine, model, typo, {**PRESETS, "typo": typo})
     assert not report.ok

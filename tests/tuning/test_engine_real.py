@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.prerequisites import installed_engine, prepared_model
+
 from workstation.core.profiles import PRESETS, Profile, flatten
 from workstation.core.requests import RequestRecord
 from workstation.core.traffic import shape_from_records
@@ -24,19 +26,12 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow]
 @pytest.fixture
 def lab(tmp_path):
     from workstation.config import load_settings
-    from workstation.engine.environment import find_engine
-    from workstation.engine.models import resolve_model
     from workstation.tuning.bench import tuning_settings
     from workstation.tuning.store import TuningStore
 
     settings = tuning_settings(load_settings(), kv_cache_gib=0.5)
-    engine = find_engine(settings)
-    if engine is None:
-        pytest.skip("engine not set up (run `workstation engine setup`)")
-    try:
-        model = resolve_model(settings, "tiny")
-    except Exception as exc:  # noqa: BLE001 - reported as a skip reason
-        pytest.skip(f"tiny model not prepared: {exc}")
+    engine = installed_engine(settings)
+    model = prepared_model(settings, "tiny")
     return settings, engine, model, TuningStore(tmp_path / "data")
 
 
