@@ -11,7 +11,7 @@ import pytest
 from tests.fleet.agent_script import make_responder
 from tests.helpers.scripted_server import ScriptedServer
 from workstation import cli
-from workstation.commands.run_cmd import render_table
+from workstation.headless import render_table
 from workstation.core.errors import UserError
 from workstation.core.fleet_events import SessionSummary
 from workstation.core.session_state import SessionState
@@ -110,7 +110,7 @@ def test_table_has_totals() -> None:
 
 
 def test_long_names_stay_apart() -> None:
-    from workstation.commands.run_cmd import _fit
+    from workstation.headless import _fit
 
     a, b = _fit("step-1-call-read-file-with-path-1", 20), _fit("step-1-call-read-file-with-path-2", 20)
     assert a != b and len(a) == 20 and a.endswith("path-1")

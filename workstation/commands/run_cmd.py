@@ -23,12 +23,10 @@ import dataclasses
 import signal
 import sys
 import time
-from typing import TextIO
 
 import orjson
 
 from workstation.core.errors import UserError
-from workstation.core.fleet_events import SessionSummary
 from workstation.core.session_state import SessionState
 
 DEFAULT_APPROVE = "read,edit"
@@ -138,6 +136,7 @@ async def _main(args: argparse.Namespace) -> int:
     from workstation.config import load_settings
     from workstation.engine.http import make_http_client
     from workstation.fleet import Fleet, real_agent_factory
+    from workstation.headless import LiveTable, run_summary
 
     entries = _specs(args)  # usage mistakes before anything starts
     settings = load_settings()
@@ -197,91 +196,3 @@ async def _main(args: argparse.Namespace) -> int:
             print(orjson.dumps(run_summary(final, wall)).decode())
         ok = final and all(s.state is SessionState.DONE for s in final)
         return 0 if ok else 1
-
-
-def run_summary(rows: list[SessionSummary], wall_s: float) -> dict:
-    states: dict[str, int] = {}
-    for r in rows:
-        states[r.state.value] = states.get(r.state.value, 0) + 1
-    generated = sum(r.completion_tokens for r in rows)
-    return {
-        "sessions": len(rows), "states": states, "wall_s": round(wall_s, 2),
-        "prompt_tokens": sum(r.prompt_tokens for r in rows), "completion_tokens": generated,
-        "cached_tokens": sum(r.cached_tokens for r in rows),
-        "generated_tok_s": round(generated / wall_s, 1) if wall_s > 0 else 0.0,
-    }
-
-
-_COLOR = {
-    SessionState.DONE: "32", SessionState.FAILED: "31", SessionState.RUNNING: "36",
-    SessionState.AWAITING_APPROVAL: "33", SessionState.NEEDS_INPUT: "33",
-    SessionState.ENGINE_WAIT: "35", SessionState.PAUSED: "2", SessionState.QUEUED: "2",
-}
-
-
-class LiveTable:
-    """The summary table: state, tokens, tok/s per session, totals. Redrawn in place on a
-    terminal; printed whole every refresh otherwise (logs stay readable)."""
-
-    def __init__(self, out: TextIO, scope: list[str]) -> None:
-        self.out = out
-        self.scope = scope
-        self.tty = out.isatty()
-        self._lines = 0
-
-    async def run(self, fleet, refresh_s: float, t0: float) -> None:  # type: ignore[no-untyped-def]
-        ids = set(self.scope)
-        while True:
-            rows = [s for s in fleet.sessions() if s.session_id in ids]
-            self.draw(rows, time.monotonic() - t0)
-            await asyncio.sleep(refresh_s)
-
-    def draw(self, rows: list[SessionSummary], elapsed_s: float, *, final_table: bool = False) -> None:
-        lines = render_table(rows, elapsed_s, color=self.tty, final_table=final_table)
-        if self.tty and self._lines:
-            self.out.write(f"\x1b[{self._lines}F\x1b[J")
-        self.out.write("\n".join(lines) + "\n")
-        self.out.flush()
-        self._lines = len(lines) if self.tty and not final_table else 0
-
-
-def _fit(text: str, width: int) -> str:
-    """Shorten in the middle, so names that differ only at the end (-1, -2 …) stay apart."""
-    if len(text) <= width:
-        return text
-    tail = max(4, width // 3)
-    return text[: width - tail - 1] + "…" + text[-tail:]
-
-
-def render_table(rows: list[SessionSummary], elapsed_s: float, *, color: bool = False,
-                 final_table: bool = False, max_rows: int = 64) -> list[str]:
-    name_w = min(max([7, *(len(r.name) for r in rows)]), 32)
-    head = f"{'session':<{name_w}}  {'state':<17} {'prompt':>8} {'gen':>7} {'cached':>8} {'tok/s':>7}  endpoint"
-    lines = [head, "-" * len(head)]
-    shown = rows[:max_rows]
-    for r in shown:
-        rate = (r.completion_tokens / elapsed_s if elapsed_s > 0 else 0.0) if final_table else r.tokens_per_s
-        state = f"{r.state.label:<17}"
-        if color and r.state in _COLOR:
-            state = f"\x1b[{_COLOR[r.state]}m{state}\x1b[0m"
-        lines.append(f"{_fit(r.name, name_w):<{name_w}}  {state} {r.prompt_tokens:>8} {r.completion_tokens:>7} "
-                     f"{r.cached_tokens:>8} {rate:>7.1f}  {r.endpoint_name}")
-    if len(rows) > len(shown):
-        lines.append(f"… and {len(rows) - len(shown)} more")
-    counts: dict[str, int] = {}
-    for r in rows:
-        counts[r.state.label] = counts.get(r.state.label, 0) + 1
-    live = sum(r.tokens_per_s for r in rows)
-    gen = sum(r.completion_tokens for r in rows)
-    avg = gen / elapsed_s if elapsed_s > 0 else 0.0
-    lines.append("-" * len(head))
-    lines.append(
-        f"{len(rows)} sessions · " + " · ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-        + f" │ prompt {sum(r.prompt_tokens for r in rows)} · generated {gen} "
-        + f"│ {('avg ' + format(avg, '.1f')) if final_table else format(live, '.1f')} tok/s │ {elapsed_s:.0f} s"
-    )
-    failed = [r for r in rows if r.state in (SessionState.FAILED, SessionState.ENGINE_WAIT) and r.error]
-    if final_table:
-        for r in failed[:8]:
-            lines.append(f"  {r.name}: {r.error}")
-    return lines

@@ -10,15 +10,14 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-if TYPE_CHECKING:
-    from workstation.telemetry.meters import MetersSnapshot
+from workstation.telemetry.snapshot import MetersSnapshot
 
 PREFIX = "workstation_"
 

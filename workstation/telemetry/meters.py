@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,6 @@ from psygnal import Signal
 
 from workstation.core.cost import (
     ApiPrice,
-    CostEstimate,
     PriceTable,
     SelfHostAssumptions,
     SelfHostMode,
@@ -38,7 +37,8 @@ from workstation.telemetry.nvml import GpuSnapshot, NvmlReader
 from workstation.telemetry.prices import load_price_table
 from workstation.telemetry.sampler import GpuSampler, HostSampler
 from workstation.telemetry.scraper import MetricsScraper
-from workstation.telemetry.streams import SessionTokens, StreamCounters
+from workstation.telemetry.snapshot import MetersSnapshot
+from workstation.telemetry.streams import StreamCounters
 from workstation.telemetry.vllm_metrics import EngineMetricsSample
 
 if TYPE_CHECKING:  # the settings stay optional: the GPU checks run where pydantic is absent
@@ -68,39 +68,6 @@ def unit_of(series_name: str) -> str:
         if series_name.endswith(suffix):
             return unit
     return ""
-
-
-@dataclass(frozen=True, slots=True)
-class MetersSnapshot:
-    """The latest reading of every meter (``None``: that meter has not reported yet)."""
-
-    t_wall: float
-    gpu: GpuSnapshot | None
-    host: HostSample | None
-    engines: tuple[EngineMetricsSample, ...]
-    sessions: tuple[SessionTokens, ...]
-    stream_tokens_per_s: float
-    cost: CostEstimate | None
-
-    def to_dict(self) -> dict[str, Any]:
-        gpu: Any
-        if self.gpu is None:
-            gpu = {"state": "not sampled", "message": "GPU sampler has not run", "devices": []}
-        else:
-            gpu = self.gpu.to_dict()
-        return {
-            "t_wall": self.t_wall,
-            "gpu": gpu,
-            "host": self.host.to_dict() if self.host else "n/a",
-            "engines": [e.to_dict() for e in self.engines],
-            "sessions": [s.to_dict() for s in self.sessions],
-            "stream_tokens_per_s": self.stream_tokens_per_s,
-            "cost": _na_values(self.cost.to_dict()) if self.cost else "n/a",
-        }
-
-
-def _na_values(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: "n/a" if v is None else v for k, v in d.items()}
 
 
 def assumptions_from_settings(settings: Settings, gpu_count: int = 1) -> SelfHostAssumptions:

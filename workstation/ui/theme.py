@@ -6,7 +6,6 @@ from __future__ import annotations
 from PySide6.QtGui import QColor, QFont, QFontDatabase, QGuiApplication, QPalette
 
 from workstation.core.session_state import SessionState
-from workstation.ui.panes.transcript_doc import LineStyle
 
 AMBER = QColor("#e0a100")
 GREEN = QColor("#2e9e44")
@@ -58,33 +57,6 @@ def mix(a: QColor, b: QColor, t: float) -> QColor:
         round(a.green() + (b.green() - a.green()) * t),
         round(a.blue() + (b.blue() - a.blue()) * t),
     )
-
-
-def line_colours(pal: QPalette | None = None) -> dict[LineStyle, QColor]:
-    """Pen colour for each transcript line style, derived from the palette."""
-    pal = pal or palette()
-    text = pal.color(QPalette.ColorRole.Text)
-    base = pal.color(QPalette.ColorRole.Base)
-    dim = mix(text, base, 0.45)
-    dark = is_dark(pal)
-    code = QColor("#7fb4e0") if dark else QColor("#1f5f99")
-    added = QColor("#6cc77a") if dark else QColor("#1f7a33")
-    removed = QColor("#ef7b72") if dark else QColor("#b3261e")
-    tool = QColor("#c9a6ef") if dark else QColor("#6a3fa0")
-    return {
-        LineStyle.TEXT: text,
-        LineStyle.CODE: code,
-        LineStyle.FENCE: dim,
-        LineStyle.ADDED: added,
-        LineStyle.REMOVED: removed,
-        LineStyle.HUNK: dim,
-        LineStyle.USER: accent(pal) if not dark else mix(accent(pal), text, 0.35),
-        LineStyle.TOOL: tool,
-        LineStyle.OUTPUT: dim,
-        LineStyle.NOTICE: dim,
-        LineStyle.ERROR: removed,
-        LineStyle.REASONING: dim,
-    }
 
 
 def mono_font(point_size: float = 8.0) -> QFont:

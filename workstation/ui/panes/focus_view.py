@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from workstation.ui import theme
+from workstation.ui.panes.line_colours import line_colours
 from workstation.ui.panes.approval_bar import ApprovalBar
 from workstation.ui.panes.session_pane import PaneHeader, SessionPane
 from workstation.ui.panes.transcript_doc import LineStyle, diff_style
@@ -65,7 +66,7 @@ class DiffView(QWidget):
             button.setEnabled(enabled)
 
     def set_diff(self, diff_text: str, summary: str = "") -> None:
-        colours = theme.line_colours(self.palette())
+        colours = line_colours(self.palette())
         self.text.clear()
         cursor = QTextCursor(self.text.document())
         cursor.beginEditBlock()
@@ -166,7 +167,7 @@ class FocusView(QWidget):
 
     def append_output(self, text: str, style: LineStyle = LineStyle.OUTPUT) -> None:
         fmt = QTextCharFormat()
-        fmt.setForeground(theme.line_colours(self.palette())[style])
+        fmt.setForeground(line_colours(self.palette())[style])
         cursor = QTextCursor(self.output.document())
         cursor.movePosition(QTextCursor.MoveOperation.End)
         cursor.insertText(text, fmt)

@@ -24,6 +24,7 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import QSizePolicy, QWidget
 
 from workstation.ui import theme
+from workstation.ui.panes.line_colours import line_colours
 from workstation.ui.panes.transcript_doc import Line, LineStyle, TranscriptDoc, wrap_line
 
 MARGIN_PX = 4
@@ -63,7 +64,7 @@ class TailView(QWidget):
         """Laid-out rows per line uid, kept for the lines drawn in the last paint."""
         self._metrics_key = ""
         self._metrics_cache = (12, 7)
-        self._colours = theme.line_colours()
+        self._colours = line_colours()
         self.setAttribute(Qt.WidgetAttribute.WA_OpaquePaintEvent)
         self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Expanding)
@@ -81,7 +82,7 @@ class TailView(QWidget):
 
     def changeEvent(self, event) -> None:  # noqa: N802 - Qt API
         if event.type() in (event.Type.PaletteChange, event.Type.ApplicationPaletteChange):
-            self._colours = theme.line_colours(self.palette())
+            self._colours = line_colours(self.palette())
         super().changeEvent(event)
 
     def set_point_size(self, point_size: float) -> None:

@@ -9,6 +9,7 @@ from PySide6.QtGui import QFont, QMouseEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QPlainTextEdit, QWidget
 
 from workstation.ui import theme
+from workstation.ui.panes.line_colours import line_colours
 from workstation.ui.panes.tail_view import expanded_text
 from workstation.ui.panes.transcript_doc import Line, LineStyle, TranscriptDoc
 
@@ -34,7 +35,7 @@ class TranscriptMirror(QPlainTextEdit):
 
     def _make_formats(self) -> dict[LineStyle, QTextCharFormat]:
         formats: dict[LineStyle, QTextCharFormat] = {}
-        for style, colour in theme.line_colours(self.palette()).items():
+        for style, colour in line_colours(self.palette()).items():
             fmt = QTextCharFormat()
             fmt.setForeground(colour)
             if style in (LineStyle.USER, LineStyle.TOOL):
