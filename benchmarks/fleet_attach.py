@@ -128,7 +128,7 @@ async def main(args: argparse.Namespace) -> dict:
         base = traced()
         t = time.monotonic()
         for e in events:
-            fleet._on_agent_event(sid, e)
+            fleet.sink.on_agent_event(sid, e)
         await fleet.store.flush()
         events_s = time.monotonic() - t
         during = traced()

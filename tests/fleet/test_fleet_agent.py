@@ -167,10 +167,10 @@ async def test_restore_checkpoint_and_mode(tmp_path: Path, git_repo: Path) -> No
         assert [c.label for c in cps][:2] == ["session start", "write_to_file note.txt"]
         note = Path(s.worktree_path) / "note.txt"
         assert note.exists()
-        before = len(await fleet._history(s.session_id))
+        before = len(await fleet.history(s.session_id))
         await fleet.restore_checkpoint(s.session_id, cps[0].commit_sha)
         assert not note.exists()  # files back to before the session wrote anything
-        assert len(await fleet._history(s.session_id)) < before  # and the conversation too
+        assert len(await fleet.history(s.session_id)) < before  # and the conversation too
         events = await fleet.transcript(s.session_id)
         assert any(type(e).__name__ == "CheckpointRestored" for _, e in events)
         await fleet.set_mode(s.session_id, "plan")

@@ -1,8 +1,13 @@
 """The fleet service: many sessions, each an agent in its own worktree, persisted and resumable.
 
-``Fleet`` owns the store, the git runner, the generation gate, the router and one driver
-task per working session (see ``driver.py``). Commands are coroutines that return what
-changed and emit events; views redraw from the events.
+``Fleet`` is the façade the window, the verbs and the benchmarks use. It composes
+collaborators that each own their state: the store, the git runner, the router and the
+generation gate; the :class:`~workstation.fleet.book.SessionBook` (records and every state
+change), the :class:`~workstation.fleet.approval_desk.ApprovalDesk`, the
+:class:`~workstation.fleet.driver.DriverRegistry` with its
+:class:`~workstation.fleet.driver.SessionRunner`, the event sink and the token stats, and the
+:class:`~workstation.fleet.workspace_ops.WorkspaceOps` (review, checkpoints, orphans).
+Commands are coroutines that return what changed and emit events; views redraw from the events.
 """
 
 from __future__ import annotations
@@ -10,11 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 from psygnal import Signal
@@ -28,18 +33,17 @@ from workstation.core.fleet_events import (
     OrphanWorktree,
     SessionCreated,
     SessionRemoved,
-    SessionStateChanged,
     SessionSummary,
 )
-from workstation.core.session_state import (
-    IllegalTransition,
-    SessionState as S,
-    check_transition,
-    state_after_restart,
-)
+from workstation.core.session_state import SessionState as S, check_transition, state_after_restart
+from workstation.fleet import review
 from workstation.fleet.agent_bridge import AgentFactory
-from workstation.fleet.driver import SessionDriver
+from workstation.fleet.approval_desk import ApprovalDesk
+from workstation.fleet.book import SessionBook
+from workstation.fleet.driver import DriverRegistry, SessionRunner
 from workstation.fleet.engine_watch import EndpointWatcher
+from workstation.fleet.event_codec import decode
+from workstation.fleet.event_sink import SessionEventSink
 from workstation.fleet.gate import GenerationGate
 from workstation.fleet.gitproc import GitRunner
 from workstation.fleet.provision import (
@@ -51,16 +55,17 @@ from workstation.fleet.provision import (
 from workstation.fleet.repos import inspect_repository, slug_from_task, validate_session_name
 from workstation.fleet.routing import Router
 from workstation.fleet.session import SessionRecord, SessionSpec
-from workstation.fleet.store import Store
+from workstation.fleet.stats import SessionStats
+from workstation.fleet.store import Checkpoint, Store
 from workstation.fleet.workspace_ops import WorkspaceOps
-from workstation.fleet.worktrees import remove_worktree, worktrees_root
+from workstation.fleet.worktrees import worktrees_root
 
 log = logging.getLogger(__name__)
 
 MAX_SESSIONS_PER_CREATE = 512
 
 
-class Fleet(SessionDriver, WorkspaceOps):
+class Fleet:
     """Sessions: create, start, pause, resume, stop, remove, duplicate; review; resume after
     restart. ``await start()`` first, ``await aclose()`` last."""
 
@@ -81,7 +86,6 @@ class Fleet(SessionDriver, WorkspaceOps):
         resume_on_start: bool = True,
         engine_poll_s: float = 2.0,
     ) -> None:
-        super().__init__()
         self.data_dir = Path(data_dir)
         self.store = Store(store_path or self.data_dir / "store.sqlite3")
         self.git = GitRunner()
@@ -89,19 +93,33 @@ class Fleet(SessionDriver, WorkspaceOps):
         self.http = http
         self._factory = agent_factory
         self._resume_on_start = resume_on_start
+        emit = self.changed.emit
+        self.book = SessionBook(self.store, self.router, emit=emit, on_change=self._update_settled)
         self.gate = GenerationGate(
             max_generating, on_change=self._on_slots, on_wait=self._on_slot_wait,
             on_admit=self._on_slot_admit,
         )
         self.watcher = EndpointWatcher(http, resolve=self.router.get, on_down=self._on_endpoint_down,
                                        on_back=self._on_endpoint_back, interval_s=engine_poll_s)
-        self._records: dict[str, SessionRecord] = {}
+        self.desk = ApprovalDesk(
+            on_waiting=lambda sid, summary: self.book.set_state(sid, S.AWAITING_APPROVAL, summary),
+            on_answered=lambda sid: self.book.set_state(sid, S.RUNNING, "approval answered"),
+        )
+        self.stats = SessionStats(self.book, emit=emit)
+        self.sink = SessionEventSink(self.book, self.store, self.stats, emit=self.agent_event.emit)
+        self.drivers = DriverRegistry()
+        self.runner = SessionRunner(
+            book=self.book, store=self.store, router=self.router, gate=self.gate, desk=self.desk,
+            drivers=self.drivers, sink=self.sink, watcher=self.watcher, factory=agent_factory, http=http,
+            relaunch=lambda sid: self._launch(sid, None), closing=lambda: self._closing,
+            settle=self._update_settled,
+        )
+        self.workspaces = WorkspaceOps(self.book, self.store, self.git, self.data_dir, emit=emit)
         self._creating = 0
         self._started = False
         self._closing = False
         self._settled = asyncio.Event()
         self._settled.set()
-        self.orphans: tuple[OrphanWorktree, ...] = ()
 
     # ================= lifecycle =================
     async def start(self) -> None:
@@ -111,25 +129,25 @@ class Fleet(SessionDriver, WorkspaceOps):
         records = await self.store.load_sessions()
         to_resume: list[str] = []
         for rec in records:
-            self._records[rec.session_id] = rec
+            self.book.add(rec)
             if rec.endpoint_name:
                 self.router.assign(rec.session_id, previous=rec.endpoint_name)
                 self.router.set_active(rec.session_id, not rec.state.is_finished)
             new = state_after_restart(rec.state)
             if rec.state is S.PREPARING:
-                await self._undo_worktree(rec)
+                await self.workspaces.undo_worktree(rec)
                 rec.error = "the app stopped while the worktree was being created; remove this session"
             if new is not rec.state:
-                self._set_state(rec.session_id, new, "restarted", force=True)
+                self.book.set_state(rec.session_id, new, "restarted", force=True)
             if new is S.QUEUED:
                 to_resume.append(rec.session_id)
-        self._start_ticker()
+        self.stats.start()
         self._started = True
         for sid in to_resume:
             if self._resume_on_start:
                 self._launch(sid, None)
             else:
-                self._set_state(sid, S.PAUSED, "the app restarted; resume when ready", force=True)
+                self.book.set_state(sid, S.PAUSED, "the app restarted; resume when ready", force=True)
         await self.scan_orphans()
 
     async def aclose(self) -> None:
@@ -138,30 +156,31 @@ class Fleet(SessionDriver, WorkspaceOps):
         if self._closing:
             return
         self._closing = True
-        await self._stop_ticker()
+        await self.stats.aclose()
         await self.watcher.aclose()
-        await self._cancel_all_drivers()
+        await self.drivers.end_all()
         await self.store.aclose()
         await self.git.aclose()
 
     # ================= queries =================
     def sessions(self) -> list[SessionSummary]:
-        return [self._summary(rec) for rec in sorted(self._records.values(), key=lambda r: r.position)]
+        return [self.stats.summary(rec) for rec in self.book]
 
     def summary(self, session_id: str) -> SessionSummary:
-        return self._summary(self._rec(session_id))
+        return self.stats.summary(self.book.rec(session_id))
 
     def record(self, session_id: str) -> SessionRecord:
-        return self._rec(session_id).copy()
+        return self.book.rec(session_id).copy()
+
+    def tokens_per_s(self, session_id: str) -> float:
+        return self.stats.tokens_per_s(session_id)
 
     def pending_approvals(self) -> list[ApprovalRequest]:
-        return [req for req, _ in self._approvals.values()]
+        return self.desk.pending()
 
     async def transcript(self, session_id: str, *, after_seq: int = 0) -> list[tuple[int, object]]:
         """Stored agent events of a session as ``(seq, event)``, oldest first."""
-        from workstation.fleet.event_codec import decode
-
-        self._rec(session_id)
+        self.book.rec(session_id)
         rows = await self.store.load_events(session_id, after_seq=after_seq)
         out = []
         for row in rows:
@@ -169,6 +188,16 @@ class Fleet(SessionDriver, WorkspaceOps):
             if event is not None:
                 out.append((row.seq, event))
         return out
+
+    async def history(self, session_id: str) -> list[dict[str, Any]]:
+        """The messages the session's next run resumes from."""
+        self.book.rec(session_id)
+        return await self.runner.history(session_id)
+
+    @property
+    def orphans(self) -> tuple[OrphanWorktree, ...]:
+        """Worktrees no session owns, as of the last scan."""
+        return self.workspaces.orphans
 
     # ================= creating =================
     async def create_session(self, spec: SessionSpec, *, start: bool = False) -> SessionSummary:
@@ -198,7 +227,7 @@ class Fleet(SessionDriver, WorkspaceOps):
             key = spec.repo
             prepared = await prepare_repository(
                 self.git, spec, self.data_dir,
-                on_progress=lambda m, f: self._progress(key, "clone", m, f),
+                on_progress=lambda m, f: self.workspaces.progress(key, "clone", m, f),
             )
             names = self._names_for(spec, count)
             await check_names_free(self.git, prepared.repo, names, self.data_dir)
@@ -226,7 +255,7 @@ class Fleet(SessionDriver, WorkspaceOps):
         return [self.summary(sid) for sid in made]
 
     def _names_for(self, spec: SessionSpec, count: int) -> list[str]:
-        taken = {r.name for r in self._records.values()}
+        taken = self.book.names()
         if spec.name is not None:
             base = validate_session_name(spec.name)
             names = [base] if count == 1 else [f"{base}-{i}" for i in range(1, count + 1)]
@@ -258,24 +287,24 @@ class Fleet(SessionDriver, WorkspaceOps):
         self.router.set_active(sid, True)
         rec.endpoint_name = endpoint.name
         await self.store.insert_session(rec)
-        self._records[sid] = rec
-        self.changed.emit(SessionCreated(self._summary(rec)))
+        self.book.add(rec)
+        self.changed.emit(SessionCreated(self.stats.summary(rec)))
         return sid
 
     async def _build_worktree(self, sid: str, prepared: PreparedRepo) -> None:
-        rec = self._records[sid]
-        self._progress(sid, "worktree", f"creating worktree {rec.branch}", None)
+        rec = self.book.rec(sid)
+        self.workspaces.progress(sid, "worktree", f"creating worktree {rec.branch}", None)
         await make_worktree(self.git, prepared, rec.name, self.data_dir,
                             shared_links=rec.spec.shared_links)
-        self._progress(sid, "worktree", "ready", 1.0)
-        self._set_state(sid, S.READY, "worktree created")
+        self.workspaces.progress(sid, "worktree", "ready", 1.0)
+        self.book.set_state(sid, S.READY, "worktree created")
 
     async def duplicate(self, session_id: str, count: int = 1, *, start: bool = False) -> list[SessionSummary]:
         """New sessions with the same task, repository, base and settings."""
-        rec = self._rec(session_id)
+        rec = self.book.rec(session_id)
         spec = replace(rec.spec, name=None, repo=rec.repo_path, clone=False, init_if_plain=False,
                        base_branch=rec.base_branch)
-        taken = {r.name for r in self._records.values()}
+        taken = self.book.names()
         names, i = [], 2
         while len(names) < count:
             if f"{rec.name}-{i}" not in taken:
@@ -287,11 +316,24 @@ class Fleet(SessionDriver, WorkspaceOps):
         return out
 
     # ================= running =================
+    def _launch(self, session_id: str, message: str | None) -> None:
+        rec = self.book.rec(session_id)
+        self.drivers.launch(session_id, rec.name, lambda drive: self.runner.run(session_id, drive, message))
+        self.book.set_state(session_id, S.QUEUED, "starting")
+        self._update_settled()
+
+    async def _end_driver(self, session_id: str) -> None:
+        """Cancel a session's driver (withdrawing its approvals) and wait until its agent has
+        wound down; what it queued is then on disk."""
+        self.desk.withdraw(session_id)
+        if await self.drivers.end(session_id):
+            await self.store.flush()
+
     async def start_session(self, session_id: str, *, message: str | None = None) -> None:
         """Start (or continue) a session: ready, paused, stopped, failed, done, needs input."""
         self._require_open()
-        rec = self._rec(session_id)
-        if self._driver_alive(session_id):
+        rec = self.book.rec(session_id)
+        if self.drivers.alive(session_id):
             if message is not None and rec.state is S.NEEDS_INPUT:
                 raise UserError(f"{rec.name} is still winding down; try again in a moment")
             return
@@ -306,7 +348,7 @@ class Fleet(SessionDriver, WorkspaceOps):
         self._launch(session_id, message)
 
     async def start_all(self) -> None:
-        for rec in list(self._records.values()):
+        for rec in self.book.records():
             if rec.state in (S.READY, S.PAUSED, S.STOPPED):
                 await self.start_session(rec.session_id)
 
@@ -319,14 +361,14 @@ class Fleet(SessionDriver, WorkspaceOps):
     async def pause(self, session_id: str) -> None:
         """Pause now; an in-flight model turn is dropped (retried on resume), a running tool is
         interrupted (reported to the model as interrupted, never run again)."""
-        rec = self._rec(session_id)
+        rec = self.book.rec(session_id)
         if rec.state in (S.PAUSED, S.READY) or rec.state.is_finished:
             return
         await self._end_driver(session_id)
-        self._set_state(session_id, S.PAUSED, "paused by the user")
+        self.book.set_state(session_id, S.PAUSED, "paused by the user")
 
     async def pause_all(self) -> None:
-        for rec in list(self._records.values()):
+        for rec in self.book.records():
             if rec.state.is_active:
                 await self.pause(rec.session_id)
 
@@ -334,18 +376,14 @@ class Fleet(SessionDriver, WorkspaceOps):
         await self.start_session(session_id)
 
     async def stop(self, session_id: str) -> None:
-        rec = self._rec(session_id)
+        rec = self.book.rec(session_id)
         if rec.state in (S.STOPPED, S.PREPARING) or rec.state in (S.DONE, S.FAILED):
             return
         await self._end_driver(session_id)
-        self._set_state(session_id, S.STOPPED, "stopped by the user")
+        self.book.set_state(session_id, S.STOPPED, "stopped by the user")
 
     def resolve_approval(self, session_id: str, request_id: str, decision: ApprovalDecision) -> None:
-        entry = self._approvals.get((session_id, request_id))
-        if entry is None:
-            raise UserError("that approval is no longer pending")
-        if not entry[1].done():
-            entry[1].set_result(decision)
+        self.desk.resolve(session_id, request_id, decision)
 
     def set_max_generating(self, cap: int) -> None:
         self.gate.set_cap(cap)
@@ -355,19 +393,22 @@ class Fleet(SessionDriver, WorkspaceOps):
         endpoint was added: sessions on that name use it from their next run; sessions waiting
         for it are checked at once and continue."""
         self.router.update(endpoint)
+        self._endpoint_restarted(endpoint.name)
+        self.watcher.recheck(endpoint.name)
+
+    def _endpoint_restarted(self, name: str) -> None:
         back = getattr(self._factory, "endpoint_back", None)
         if callable(back):
-            back(endpoint.name)
-        self.watcher.recheck(endpoint.name)
+            back(name)
 
     async def remove(self, session_id: str, *, keep_worktree: bool = False) -> None:
         """Stop the session, delete its worktree, branch and checkpoint refs (unless
         ``keep_worktree``), and forget it."""
-        rec = self._rec(session_id)
+        rec = self.book.rec(session_id)
         await self._end_driver(session_id)
         if not keep_worktree:
-            await self._undo_worktree(rec)
-        self._records.pop(session_id, None)
+            await self.workspaces.undo_worktree(rec)
+        self.book.forget(session_id)
         self.router.forget(session_id)
         await self.store.delete_session(session_id)
         self.changed.emit(SessionRemoved(session_id, rec.name))
@@ -382,16 +423,6 @@ class Fleet(SessionDriver, WorkspaceOps):
         if failures:
             raise failures[0]
 
-    async def _undo_worktree(self, rec: SessionRecord) -> None:
-        if not rec.worktree_path:
-            return
-        from workstation.agent.checkpoints import ref_for
-
-        prefix = ref_for(rec.session_id).rsplit("/", 1)[0] + "/"
-        await remove_worktree(self.git, Path(rec.repo_path) if rec.repo_path else None,
-                              Path(rec.worktree_path), branch=rec.branch or None,
-                              private_ref_prefixes=[prefix])
-
     async def wait_settled(self) -> None:
         """Return when no session is working or waiting for its engine, and none is being made."""
         while True:
@@ -400,39 +431,73 @@ class Fleet(SessionDriver, WorkspaceOps):
             if self._settled.is_set():
                 return
 
-    # ================= state =================
-    def _set_state(self, session_id: str, new: S, reason: str = "", *, force: bool = False) -> bool:
-        rec = self._records.get(session_id)
-        if rec is None:
-            return False
-        if rec.state is new:
-            if new in (S.FAILED, S.ENGINE_WAIT, S.NEEDS_INPUT) and reason and reason != rec.error:
-                rec.error = reason
-                self.store.queue_update(session_id, error=reason)
-            return False
-        old = rec.state
-        if not force:
-            try:
-                check_transition(old, new)
-            except IllegalTransition as exc:
-                log.debug("ignored for %s: %s (%s)", rec.name, exc, reason)
-                return False
-        rec.state = new
-        rec.updated_at = time.time()
-        if new in (S.FAILED, S.ENGINE_WAIT, S.NEEDS_INPUT):
-            rec.error = reason
-        elif new in (S.QUEUED, S.RUNNING, S.READY):
-            rec.error = ""
-        self.store.queue_update(session_id, state=new, error=rec.error)
-        self.router.set_active(session_id, not new.is_finished)
-        self.changed.emit(SessionStateChanged(session_id, old, new, reason))
-        self._update_settled()
-        return True
+    # ================= mode and checkpoints =================
+    async def set_mode(self, session_id: str, mode: str) -> None:
+        """Switch a session between ``plan`` and ``act``; a running agent is told before its
+        next turn, and the choice is kept for later runs."""
+        from workstation.core.agent_events import AgentMode
 
+        if mode not in ("plan", "act"):
+            raise UserError(f"mode must be 'plan' or 'act', not {mode!r}")
+        rec = self.book.rec(session_id)
+        rec.spec = replace(rec.spec, mode=mode)
+        rec.agent_meta["mode"] = mode
+        self.store.queue_update(session_id, spec=rec.spec, agent_meta=dict(rec.agent_meta))
+        agent = self.drivers.agent(session_id)
+        if agent is not None and hasattr(agent, "set_mode"):
+            agent.set_mode(AgentMode(mode))
+
+    async def checkpoints(self, session_id: str) -> list[Checkpoint]:
+        return await self.workspaces.checkpoints(session_id)
+
+    async def restore_checkpoint(self, session_id: str, commit: str, *, files: bool = True,
+                                 conversation: bool = True) -> None:
+        """Restore a paused or finished session's files, conversation, or both, to a checkpoint
+        (the agent does the git work; the rewritten history is stored like any other change)."""
+        rec = self.book.rec(session_id)
+        if rec.state.is_active or self.drivers.alive(session_id):
+            raise UserError(f"{rec.name} is working; pause or stop it before restoring a checkpoint")
+        agent = await self.runner.build(
+            session_id, self.router.assign(session_id, previous=rec.endpoint_name), message=None,
+            on_event=lambda event: self.sink.on_agent_event(session_id, event), approver=None)
+        restore = getattr(agent, "restore_checkpoint", None)
+        if restore is None:
+            raise UserError("this session's agent cannot restore checkpoints")
+        await restore(commit, files=files, conversation=conversation)
+        self.runner.keep_meta(session_id, agent)
+        await self.store.flush()
+
+    # ================= review and orphans (WorkspaceOps) =================
+    async def diff(self, session_id: str) -> review.SessionDiff:
+        return await self.workspaces.diff(session_id)
+
+    async def commit(self, session_id: str, message: str) -> review.IntegrateResult:
+        return await self.workspaces.commit(session_id, message)
+
+    async def integrate(self, session_id: str, *, rebase: bool = False, message: str | None = None
+                        ) -> review.IntegrateResult:
+        return await self.workspaces.integrate(session_id, rebase=rebase, message=message)
+
+    async def discard(self, session_id: str, *, keep_commits: bool = False) -> review.IntegrateResult:
+        return await self.workspaces.discard(session_id, keep_commits=keep_commits)
+
+    async def disk_usage(self, session_id: str) -> int:
+        """Bytes the session's worktree takes on disk (its files and its git bookkeeping)."""
+        return await self.workspaces.disk_usage(session_id)
+
+    async def scan_orphans(self) -> tuple[OrphanWorktree, ...]:
+        return await self.workspaces.scan_orphans()
+
+    async def remove_orphans(self, orphans: Sequence[OrphanWorktree] | None = None) -> int:
+        return await self.workspaces.remove_orphans(orphans)
+
+    async def attach_check(self, path: str) -> str:
+        """Check a local folder for attaching; returns its repository's top level."""
+        return str((await inspect_repository(self.git, path)).path)
+
+    # ================= callbacks =================
     def _update_settled(self) -> None:
-        busy = self._creating > 0 or self._any_driver_alive() or any(
-            r.state is S.ENGINE_WAIT for r in self._records.values()
-        )
+        busy = self._creating > 0 or self.drivers.any_alive() or self.book.any_in(S.ENGINE_WAIT)
         if busy:
             self._settled.clear()
         else:
@@ -442,10 +507,10 @@ class Fleet(SessionDriver, WorkspaceOps):
         self.changed.emit(GenerationSlotsChanged(generating, waiting, cap))
 
     def _on_slot_wait(self, session_id: str) -> None:
-        self._set_state(session_id, S.QUEUED, "waiting for a generation slot")
+        self.book.set_state(session_id, S.QUEUED, "waiting for a generation slot")
 
     def _on_slot_admit(self, session_id: str, waited: bool) -> None:
-        self._set_state(session_id, S.RUNNING, "generating")
+        self.book.set_state(session_id, S.RUNNING, "generating")
 
     def _on_endpoint_down(self, endpoint: Endpoint) -> None:
         self.changed.emit(EndpointAvailabilityChanged(endpoint.name, False,
@@ -453,30 +518,13 @@ class Fleet(SessionDriver, WorkspaceOps):
 
     def _on_endpoint_back(self, endpoint: Endpoint) -> None:
         self.changed.emit(EndpointAvailabilityChanged(endpoint.name, True, "answering again"))
-        back = getattr(self._factory, "endpoint_back", None)
-        if callable(back):
-            back(endpoint.name)
+        self._endpoint_restarted(endpoint.name)
         if self._closing:
             return
-        for rec in list(self._records.values()):
+        for rec in self.book.records():
             if rec.state is S.ENGINE_WAIT and rec.endpoint_name == endpoint.name:
                 self._launch(rec.session_id, None)
-
-    def _progress(self, key: str, phase: str, message: str, fraction: float | None) -> None:
-        from workstation.core.fleet_events import AttachProgress
-
-        self.changed.emit(AttachProgress(key, phase, message, fraction))
-
-    def _rec(self, session_id: str) -> SessionRecord:
-        try:
-            return self._records[session_id]
-        except KeyError:
-            raise UserError(f"no session with id {session_id!r}") from None
 
     def _require_open(self) -> None:
         if not self._started or self._closing:
             raise UserError("the fleet is not running")
-
-    async def attach_check(self, path: str) -> str:
-        """Check a local folder for attaching; returns its repository's top level."""
-        return str((await inspect_repository(self.git, path)).path)
