@@ -194,8 +194,13 @@ def test_external_endpoint_that_is_down_is_a_clear_error():
 
 
 def test_metrics_endpoint_is_plain_http(smollm2_engine):
+    """/metrics answers without the API key (the meters scrape it plainly); the API does not."""
     response = httpx.get(smollm2_engine.base_url + "/metrics", timeout=10, trust_env=False)
-    assert response.status_code in (200, 401)
+    assert response.status_code == 200
+    assert "vllm:generation_tokens_total" in response.text
+    if smollm2_engine.api_key:
+        api = httpx.get(smollm2_engine.base_url + "/v1/models", timeout=10, trust_env=False)
+        assert api.status_code == 401
 
 
 ORPHAN_SCRIPT = """

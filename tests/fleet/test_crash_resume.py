@@ -35,6 +35,16 @@ def _histories(store: Path) -> dict[str, list[tuple[int, str]]]:
         conn.close()
 
 
+def _finished(history: list[tuple[int, str]]) -> bool:
+    """The session's stored history holds its ``attempt_completion``."""
+    for _, message_json in history:
+        message = json.loads(message_json)
+        for call in message.get("tool_calls") or () if message.get("role") == "assistant" else ():
+            if (call.get("function") or {}).get("name") == "attempt_completion":
+                return True
+    return False
+
+
 async def _cli(data: Path, *args: str) -> asyncio.subprocess.Process:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return await asyncio.create_subprocess_exec(
@@ -75,6 +85,8 @@ async def test_sigkill_mid_run_then_resume(tmp_path: Path, git_repo: Path, kill_
         assert proc.returncode == -signal.SIGKILL
         before = _histories(data / "store.sqlite3")
         assert len(before) == 3 and any(before.values())
+        unfinished = [name for name, history in before.items() if not _finished(history)]
+        assert unfinished, "every session had finished before the kill: the resume would prove nothing"
 
         proc2 = await _cli(data, "--resume", "--json", *common)
         out, _ = await asyncio.wait_for(proc2.communicate(), 120)
@@ -84,6 +96,8 @@ async def test_sigkill_mid_run_then_resume(tmp_path: Path, git_repo: Path, kill_
         assert summary["sessions"] == 3 and summary["states"] == {"done": 3}
 
     after = _histories(data / "store.sqlite3")
+    for name in unfinished:  # what the kill interrupted went on from where it was
+        assert _finished(after[name]) and len(after[name]) > len(before[name]), f"{name} was not resumed"
     for name, history in after.items():
         indexes = [i for i, _ in history]
         assert indexes == list(range(len(indexes))), f"{name}: a turn was stored twice or lost"

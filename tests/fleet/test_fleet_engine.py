@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.agent.conftest import git
 from workstation.core import agent_events as ev
 from workstation.core.endpoints import Endpoint
 from workstation.core.session_state import SessionState as S
@@ -18,10 +19,15 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 async def test_two_sessions_on_the_real_engine(tmp_path: Path, git_repo: Path, smollm2_engine: Endpoint) -> None:
     calls: dict[str, list[ev.ToolCallFinished]] = {}
+    started: dict[tuple[str, str], ev.ToolCallStarted] = {}
+    original = (git_repo / "app.py").read_text()
+    main_head = git(git_repo, "rev-parse", "main")
 
     def on_agent(e) -> None:  # type: ignore[no-untyped-def]
         if isinstance(e.event, ev.ToolCallFinished):
             calls.setdefault(e.session_id, []).append(e.event)
+        elif isinstance(e.event, ev.ToolCallStarted):
+            started[(e.session_id, e.event.call_id)] = e.event
 
     async with make_http_client() as http:
         fleet = Fleet(data_dir=tmp_path / "data", endpoints=[smollm2_engine], http=http,
@@ -40,6 +46,19 @@ async def test_two_sessions_on_the_real_engine(tmp_path: Path, git_repo: Path, s
             assert calls.get(s.session_id), "the model's tool calls were parsed and run"
             stored = await fleet.transcript(s.session_id)
             assert any(isinstance(e, ev.ToolCallFinished) for _, e in stored)
-            assert (Path(s.worktree_path) / "app.py").exists()
+            # the worktree holds exactly what the session's own tool calls did to app.py
+            edits = [c for c in calls[s.session_id] if c.status == "ok" and c.tool in ("write_to_file", "replace_in_file")
+                     and started[(s.session_id, c.call_id)].arguments.get("path") in ("app.py", "./app.py")]
+            now = (Path(s.worktree_path) / "app.py").read_text()
+            if not edits:
+                assert now == original
+            else:  # each change was checkpointed: the last checkpoint holds what the worktree holds
+                checkpoints = [e for _, e in stored if isinstance(e, ev.CheckpointCreated)]
+                assert checkpoints, "an edit without a checkpoint"
+                assert git(Path(s.worktree_path), "show", f"{checkpoints[-1].commit}:app.py") == now.strip()
+        # the sessions worked in worktrees of their own: the user's checkout is untouched
+        assert (git_repo / "app.py").read_text() == original
+        assert git(git_repo, "rev-parse", "main") == main_head
+        assert git(git_repo, "status", "--porcelain", "--untracked-files=no") == ""
         assert {Path(s.worktree_path) for s in made} == {Path(s.worktree_path) for s in fleet.sessions()}
         await fleet.aclose()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
 from workstation.cli import main
@@ -62,4 +63,17 @@ def test_once_json_against_the_real_engine(smollm2_engine: Endpoint, capsys: pyt
     assert engine["up"] is True
     assert engine["model"] == smollm2_engine.model
     assert isinstance(engine["generation_tokens_per_s"], float)
-    assert engine["generation_tokens_total"] >= 0 and isinstance(engine["running"], int)
+    assert isinstance(engine["running"], int) and engine["running"] >= 0
+    # the counter is the engine's own: tokens it generates now show up in the next snapshot
+    # (>=, not ==: the engine may be shared with other clients, which only add to it)
+    before = engine["generation_tokens_total"]
+    reply = httpx.post(f"{smollm2_engine.base_url}/v1/completions", timeout=120, trust_env=False,
+                       headers={"Authorization": f"Bearer {smollm2_engine.api_key}"},
+                       json={"model": smollm2_engine.model, "prompt": "Count: 1, 2, 3,", "max_tokens": 12,
+                             "min_tokens": 12, "temperature": 0})
+    reply.raise_for_status()
+    generated = reply.json()["usage"]["completion_tokens"]
+    assert generated == 12
+    assert main(args) == 0
+    (after,) = json.loads(capsys.readouterr().out)["engines"]
+    assert after["generation_tokens_total"] >= before + generated

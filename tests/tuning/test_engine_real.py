@@ -145,3 +145,47 @@ async def test_switch_with_sessions_streaming(lab, tmp_path):
         for launcher in launchers:
             await launcher.stop()
     assert not any(launcher.alive() for launcher in launchers)
+
+
+async def test_autotuner_measures_for_real_and_keeps_only_what_clears_the_noise(lab, tmp_path):
+    """The autotuner's own measuring path (no ``measure=``): every measurement starts a real
+    engine and runs the workload ``repeats`` times; the noise comes from those runs; a change
+    is kept only when its gain clears twice the noise. SmolLM2 (compute-bound on the CPU, unlike
+    the tiny model, where batching gained only 14% against 6% noise): a deliberately poor
+    baseline (one sequence at a time for 4 streams) makes the keep certain, and undoing the
+    kept change makes the refusal certain — whatever the machine's speed."""
+    from workstation.engine.environment import engine_help_text
+    from workstation.engine.flags import known_flags
+    from workstation.engine.http import make_http_client
+    from workstation.tuning.autotune import Autotuner, Candidate, cv_pct, decide, pooled_noise_pct
+    from workstation.tuning.checks import model_traits
+
+    settings, engine, _, store = lab
+    model = prepared_model(settings, "smollm2")
+    baseline = Profile("one-at-a-time", "poor on purpose", args=("--enforce-eager", "--max-num-seqs", "1"))
+    workload = Workload(kind="synthetic", concurrency=4, input_len=64, output_len=32, duration_s=4.0, warmup_s=1.0)
+    candidates = [Candidate.of(["--max-num-seqs", "8"]), Candidate.of(["--max-num-seqs", "1"])]
+    help_flags = known_flags(await asyncio.to_thread(engine_help_text, engine, settings.cache_dir))
+    async with make_http_client() as http:
+        tuner = Autotuner(settings, engine, model, http, baseline, workload, shape=None,
+                          traits=model_traits(model.served_name, model.config_json), help_flags=help_flags,
+                          candidates=candidates, budget_s=540.0, repeats=3, store=store, log_dir=tmp_path / "runs")
+        report = await tuner.run()
+    print("\n".join(report.table()))
+    assert not report.stopped_by_budget and len(report.steps) == 3
+    base, more, fewer = report.steps
+    for step in report.steps:  # three real runs each, measured by the load generator
+        assert len(step.runs_tok_s) == 3 and all(x > 0 for x in step.runs_tok_s)
+        assert step.cv_pct == pytest.approx(cv_pct(step.runs_tok_s))
+        assert step.start_s is not None and step.start_s > 0  # an engine of its own was started
+    assert len([r for r in store.results() if r.tool == "loadgen"]) == 9
+    groups = [list(s.runs_tok_s) for s in report.steps]
+    assert report.noise_pct == pytest.approx(pooled_noise_pct(groups)) and report.noise_pct > 0
+    # each decision is the rule applied to the noise known at that step
+    delta, kept = decide(base.output_tok_s, more.output_tok_s, pooled_noise_pct(groups[:2]))
+    assert more.kept and kept and more.delta_pct == pytest.approx(delta)
+    delta, kept = decide(more.output_tok_s, fewer.output_tok_s, pooled_noise_pct(groups))
+    assert not fewer.kept and not kept and fewer.delta_pct == pytest.approx(delta) and delta < 0
+    assert "--max-num-seqs" in report.best_profile.args
+    assert report.best_profile.args[report.best_profile.args.index("--max-num-seqs") + 1] == "8"
+    assert report.best_tok_s == pytest.approx(more.output_tok_s)

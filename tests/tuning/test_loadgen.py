@@ -23,9 +23,13 @@ async def test_synthetic_run_counts_exact_tokens_and_is_bounded_in_time():
         result = await LoadGenerator(http, endpoint_of(engine), w, slo=Slo(ttft_ms=1000, tpot_ms=100)).run()
     assert result.duration_s == pytest.approx(1.0, abs=0.05)
     assert result.completed > 0 and result.failed == 0
-    # 4 streams at ~100 tok/s each: the window sees roughly 400 tok/s
-    assert 200 < result.output_tok_s < 450
-    assert result.total_tok_s > result.output_tok_s
+    # rates are the window's own counts over its length (how close they come to the engine's
+    # own counters on the real engine is measured by benchmarks/meter_vs_bench.py, not here)
+    assert result.output_tok_s == pytest.approx(result.output_tokens / result.duration_s)
+    assert result.total_tok_s == pytest.approx((result.output_tokens + result.prompt_tokens) / result.duration_s)
+    # each stream gets a token at most every 10 ms: 4 streams cannot have sent more than this
+    assert 0 < result.output_tokens <= 4 * (result.duration_s / 0.01 + 1)
+    assert result.prompt_tokens >= 32 * result.completed
     assert result.ttft.p50_ms is not None and result.tpot.p50_ms is not None and result.itl.p99_ms is not None
     assert result.goodput_pct == 100.0
     assert result.cut <= 4

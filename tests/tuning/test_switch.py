@@ -74,7 +74,10 @@ async def test_switch_side_by_side_loses_nothing_and_measures_the_pause():
     assert sessions.lost == 0 and sessions.retried == 0
     assert report.failed_during == 0 and report.requests_during > 0
     assert report.left_on_old == 0
-    assert report.largest_gap_s is not None and report.largest_gap_s < 1.0
+    # the sessions streamed on the old engine while the new one started: no pause that long
+    # (how long the pause is on the real engine: benchmarks/switch_pause.py)
+    assert report.largest_gap_s is not None and report.start_new_s is not None
+    assert report.largest_gap_s < report.start_new_s
     assert report.baseline_gap_s is not None
     assert phases == [SwitchPhase.STARTING_NEW, SwitchPhase.PROBING, SwitchPhase.RETARGETING,
                       SwitchPhase.DRAINING, SwitchPhase.STOPPING_OLD, SwitchPhase.DONE]

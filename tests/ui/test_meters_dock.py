@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 
 import httpx
 import pytest
@@ -62,16 +63,28 @@ def test_gpu_cards_show_each_gpu(dock):
     assert "GPU0" in dock.gpu_cards.cards[0].text() and "util" in dock.gpu_cards.cards[0].text()
 
 
-def test_csv_export_writes_the_series_off_the_gui_thread(dock, tmp_path, qloop):
+def test_csv_export_writes_the_series_off_the_gui_thread(dock, tmp_path, qloop, monkeypatch):
     from tests.ui.conftest import run
 
     dock.meters.series.record(1.0, {"gpu0.util_pct": 50.0}, units={"gpu0.util_pct": "%"})
     out = tmp_path / "meters.csv"
+    writers: list[int] = []
+    real_export = dock.meters.export_csv
+
+    def export_and_note_the_thread(path):  # type: ignore[no-untyped-def]
+        writers.append(threading.get_ident())
+        return real_export(path)
+
+    monkeypatch.setattr(dock.meters, "export_csv", export_and_note_the_thread)
 
     async def body() -> None:
         dock.csv_export.export_to(str(out))
         await dock.csv_export._task
 
     run(qloop, body())
-    assert out.read_text().splitlines()[0].startswith(("t", "time"))
-    assert "rows written" in dock.csv_export.status.text()
+    gui_thread = threading.get_ident()  # the test runs on the GUI thread, as the dock does
+    assert writers and all(ident != gui_thread for ident in writers)
+    lines = out.read_text().splitlines()
+    assert lines[0] == "time_utc,t_s,series,unit,value"
+    assert lines[1].endswith(",1.000,gpu0.util_pct,%,50.0") and len(lines) == 2
+    assert dock.csv_export.status.text() == f"1 rows written to {out}"

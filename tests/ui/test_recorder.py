@@ -191,7 +191,8 @@ def test_recording_is_real_time_and_follows_the_monotonic_clock(window, qtbot, t
     assert abs(len(frames) - round(result.wall_duration_s * fps)) <= 1
     assert len(frames) == result.frames_written
     assert result.frames_fresh + result.frames_repeated == result.frames_written
-    assert result.frames_dropped >= 0 and 0.0 <= result.dropped_pct <= 100.0
+    # a grab the encoder had no room for is counted as dropped, and its slot repeats the last picture
+    assert result.frames_dropped <= result.frames_repeated
     assert times == pytest.approx([k / fps for k in range(len(frames))], abs=1e-3)
     assert result.wall_duration_s <= elapsed_s
 
