@@ -131,3 +131,24 @@ def test_canonical_tool_names() -> None:
     assert canonical_tool_name("functions.read_file") == "read_file"
     assert canonical_tool_name("Read-File") == "read_file"
     assert canonical_tool_name("rm_rf") is None
+
+
+def test_every_tool_spec_carries_what_runs_and_shows_it() -> None:
+    from workstation.agent.tool_specs import COMPLETION_TOOL, QUESTION_TOOL, TOOL_SPECS
+
+    for spec in TOOL_SPECS:
+        interaction = spec.name in (COMPLETION_TOOL, QUESTION_TOOL)
+        assert (spec.run is None) == interaction, spec.name
+        assert spec.mark and spec.mark != "•", spec.name
+
+
+def test_edit_line_counts_read_both_marker_forms_the_agent_accepts() -> None:
+    from workstation.agent.tool_specs import SPECS_BY_NAME
+
+    replace = SPECS_BY_NAME["replace_in_file"]
+    new_form = "------- SEARCH\na\nb\n=======\nc\n+++++++ REPLACE"
+    old_form = "<<<<<<< SEARCH\na\nb\n=======\nc\n>>>>>>> REPLACE\n"
+    assert replace.edit_line_counts({"diff": new_form}) == (1, 2)
+    assert replace.edit_line_counts({"diff": old_form}) == (1, 2)  # was +0 −0 in the panes
+    assert SPECS_BY_NAME["write_to_file"].edit_line_counts({"content": "x\ny"}) == (2, 0)
+    assert SPECS_BY_NAME["read_file"].edit_line_counts({"path": "a"}) is None

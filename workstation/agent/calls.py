@@ -1,100 +1,176 @@
 """Running one tool call of the agent: validation, Plan-mode and repeat guards, the
-interaction tools, approvals, the tool itself, its result in the history and the
-checkpoint after a change. A part of :class:`workstation.agent.loop.Agent`, kept apart so
-the loop reads as the loop; it uses the agent's state and helpers (``_emit``,
-``_append``, ``_count_mistake`` …)."""
+interaction tools, approvals, the tool itself (its spec's runner), its result in the
+history and the checkpoint after a change.
+
+:class:`ToolCallRunner` owns what calls leave behind — the session's :class:`WorkLog` and the
+repeat guard — and takes everything else as explicit collaborators: the toolbox, the
+checkpoint store, the approver, and callbacks into the agent (``emit``, ``append``,
+``set_state``, ``between_steps``, ``message_count``). What a call means for the loop (a
+mistake, progress, the task completed, a question) comes back as a :class:`CallOutcome`;
+the loop keeps its own state.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from workstation.agent import prompts
 from workstation.agent.approvals import request_approval
-from workstation.agent.checkpoints import CheckpointError
-from workstation.agent.history import valid_text
-from workstation.agent.outcome import AgentOutcome
-from workstation.agent.protocols import ReplyCalls, tool_result_message
+from workstation.agent.checkpoints import CheckpointError, CheckpointStore
+from workstation.agent.config import AgentConfig
+from workstation.agent.history import Message, valid_text
+from workstation.agent.protocols import tool_result_message
 from workstation.agent.sandbox_notices import notices, unattended_message
 from workstation.agent.sandbox_status import Confinement, sandbox_status
 from workstation.agent.tool_specs import (
-    SPECS_BY_NAME, TOOL_NAMES, ToolArgumentError, ToolError, canonical_tool_name, normalize_arguments,
-    summarize_call,
+    COMPLETION_TOOL, QUESTION_TOOL, SPECS_BY_NAME, TOOL_NAMES, ToolArgumentError, ToolError,
+    canonical_tool_name, normalize_arguments, summarize_call,
 )
+from workstation.agent.toolbox import Toolbox
 from workstation.agent.toolcalls import RawCall
 from workstation.core import agent_events as ev
-from workstation.core.agent_events import AgentMode, AgentState, RunStatus
-from workstation.core.approvals import ToolCategory
+from workstation.core.agent_events import AgentMode, AgentState, ToolProtocol
+from workstation.core.approvals import ApprovalDecision, ApprovalRequest, ToolCategory
 
 log = logging.getLogger("workstation.agent.loop")
 
+Approver = Callable[[ApprovalRequest], Awaitable[ApprovalDecision]]
+
+
+@dataclass(slots=True)
+class WorkLog:
+    """What the session's calls did so far: kept across runs (the snapshot) and told to the
+    model when the conversation is condensed."""
+
+    files_read: list[str] = field(default_factory=list)
+    files_changed: list[str] = field(default_factory=list)
+    commands_run: list[str] = field(default_factory=list)
+
+    def note(self, entry: str, args: dict[str, Any]) -> None:
+        if entry == "read":
+            self.files_read.append(args["path"])
+        elif entry == "changed":
+            self.files_changed.append(args["path"])
+        elif entry == "command":
+            self.commands_run.append(args["command"])
+
+
+@dataclass(frozen=True, slots=True)
+class CallOutcome:
+    """What one call means for the loop."""
+
+    status: str
+    """``ok``, ``error`` or ``denied``: after a call that is not ok, the reply's other calls are skipped."""
+    mistake: str | None = None
+    """Counts toward the consecutive-mistakes limit, with this message."""
+    progress: bool = False
+    """A real step forward: the consecutive-mistakes count starts again."""
+    completed: str | None = None
+    """The task is complete, with this result."""
+    question: tuple[str, str, tuple[str, ...]] | None = None
+    """``(call id, question, options)``: the agent now waits for the user's answer."""
+
 
 class ToolCallRunner:
-    """Mixin of :class:`~workstation.agent.loop.Agent`: one tool call, start to result."""
+    def __init__(
+        self,
+        session_id: str,
+        config: AgentConfig,
+        toolbox: Toolbox,
+        checkpoints: CheckpointStore | None,
+        approver: Approver | None,
+        *,
+        emit: Callable[[ev.AgentEvent], None],
+        append: Callable[[Message], None],
+        set_state: Callable[[AgentState, str], None],
+        between_steps: Callable[[], Awaitable[None]],
+        message_count: Callable[[], int],
+    ) -> None:
+        self.session_id = session_id
+        self.config = config
+        self.toolbox = toolbox
+        self.checkpoints = checkpoints
+        self._approver = approver
+        self._emit = emit
+        self._append = append
+        self._set_state = set_state
+        self._between_steps = between_steps
+        self._message_count = message_count
+        self.work = WorkLog()
+        self._last_ok_call: tuple[str, dict[str, Any]] | None = None
 
-    def _finish_call(self, call: RawCall, args: dict[str, Any], status: str, text: str,
-                     started: float | None = None) -> None:
-        assert self._protocol is not None
+    def forget_last_call(self) -> None:
+        """The user spoke: the same call may be right again (the repeat guard starts over)."""
+        self._last_ok_call = None
+
+    # ----- results -----
+    def finish(self, call: RawCall, args: dict[str, Any], status: str, text: str, protocol: ToolProtocol,
+               started: float | None = None) -> None:
+        """The call's result into the history, and ``ToolCallFinished``."""
         text = valid_text(text)
-        self._append(tool_result_message(self._protocol, call, args, text))
+        self._append(tool_result_message(protocol, call, args, text))
         duration = time.monotonic() - started if started is not None else 0.0
         self._emit(ev.ToolCallFinished(self.session_id, call.id, call.name, status, text, duration))
 
-    def _fail_call(self, call: RawCall, args: dict[str, Any], message: str, *, mistake: bool = True,
-                   started: float | None = None) -> str:
-        self._finish_call(call, args, "error", f"[ERROR] {message}", started)
-        if mistake:
-            self._count_mistake(message)
-        return "error"
+    def skip(self, call: RawCall, protocol: ToolProtocol) -> None:
+        """A call after a failed one in the same reply: not run."""
+        self.finish(call, {}, "skipped", prompts.SKIPPED_RESULT, protocol)
 
-    async def _run_call(self, call: RawCall, reply: ReplyCalls) -> tuple[str, AgentOutcome | None]:
+    def _fail(self, call: RawCall, args: dict[str, Any], message: str, protocol: ToolProtocol, *,
+              mistake: bool = True, started: float | None = None) -> CallOutcome:
+        self.finish(call, args, "error", f"[ERROR] {message}", protocol, started)
+        return CallOutcome("error", mistake=message if mistake else None)
+
+    # ----- one call -----
+    async def run(self, call: RawCall, *, protocol: ToolProtocol, mode: AgentMode, cut_off: bool,
+                  incomplete: bool = False) -> CallOutcome:
+        """Run ``call`` of a reply. ``cut_off``: the reply ended at the token limit;
+        ``incomplete``: its tool block was cut (text protocol)."""
         name = canonical_tool_name(call.name)
         if name is None:
-            return self._fail_call(call, {}, f"unknown tool '{call.name}'. The tools are: {', '.join(TOOL_NAMES)}."), None
+            return self._fail(call, {}, f"unknown tool '{call.name}'. The tools are: {', '.join(TOOL_NAMES)}.",
+                              protocol)
         call.name = name
         spec = SPECS_BY_NAME[name]
-        if reply.incomplete and self._last_finish == "length":
-            return self._fail_call(call, {}, f"your {name} was cut off (the reply hit the token limit); "
-                                             f"send shorter content, or split the work"), None
+        if incomplete and cut_off:
+            return self._fail(call, {}, f"your {name} was cut off (the reply hit the token limit); "
+                                        f"send shorter content, or split the work", protocol)
         try:
             args = normalize_arguments(spec, call.parsed_arguments())
         except (ValueError, ToolArgumentError) as exc:
-            extra = " Your reply was cut off by the token limit." if self._last_finish == "length" else ""
-            return self._fail_call(call, {}, f"{exc}{extra}"), None
+            extra = " Your reply was cut off by the token limit." if cut_off else ""
+            return self._fail(call, {}, f"{exc}{extra}", protocol)
         summary = summarize_call(name, args)
         self._emit(ev.ToolCallStarted(self.session_id, call.id, name, args, summary))
         started = time.monotonic()
-        if self._mode is AgentMode.PLAN and not spec.in_plan_mode:
-            return self._fail_call(call, args, prompts.plan_mode_refusal(name), started=started), None
+        if mode is AgentMode.PLAN and not spec.in_plan_mode:
+            return self._fail(call, args, prompts.plan_mode_refusal(name), protocol, started=started)
         if (name, args) == self._last_ok_call and spec.category is not ToolCategory.INTERACTION:
-            return self._fail_call(call, args, prompts.REPEATED_CALL, started=started), None
+            return self._fail(call, args, prompts.REPEATED_CALL, protocol, started=started)
         self._last_ok_call = None
-        if name == "attempt_completion":
-            self._finish_call(call, args, "ok", prompts.COMPLETION_ACK, started)
-            self._mistakes = 0
-            self._completed = True
-            self._last_result = args["result"]
+        if name == COMPLETION_TOOL:
+            self.finish(call, args, "ok", prompts.COMPLETION_ACK, protocol, started)
             self._emit(ev.TaskCompleted(self.session_id, args["result"], args.get("command", "")))
-            return "ok", self._outcome(RunStatus.COMPLETED, "the task is complete", result=args["result"])
-        if name == "ask_followup_question":
-            self._mistakes = 0
+            return CallOutcome("ok", progress=True, completed=args["result"])
+        if name == QUESTION_TOOL:
             options = tuple(args.get("options") or ())
             if not self.config.user_present:
-                self._finish_call(call, args, "ok", prompts.HEADLESS_ANSWER, started)
-                return "ok", None
-            self._pending_question = call.id
-            self._question = (args["question"], options)
+                self.finish(call, args, "ok", prompts.HEADLESS_ANSWER, protocol, started)
+                return CallOutcome("ok", progress=True)
             self._emit(ev.QuestionAsked(self.session_id, call.id, args["question"], options))
-            return "ok", self._outcome(RunStatus.NEEDS_INPUT, "the agent asked a question",
-                                       question=args["question"], options=options)
+            return CallOutcome("ok", progress=True, question=(call.id, args["question"], options))
         approval_note = ""
-        reason = self.config.approval.reason_to_ask(spec.category, args.get("command") if name == "execute_command" else None)
+        subject = args.get(spec.approval_subject) if spec.approval_subject else None
+        reason = self.config.approval.reason_to_ask(spec.category, subject)
         sandbox = None
-        if name == "execute_command":  # fail closed: no sandbox, no unattended commands
+        if spec.shell:  # fail closed: no sandbox, no unattended commands
             sandbox = await sandbox_status(self.config.sandbox)
             if sandbox.confinement is Confinement.REFUSED:
-                return self._fail_call(call, args, sandbox.refusal, mistake=False, started=started), None
+                return self._fail(call, args, sandbox.refusal, protocol, mistake=False, started=started)
             if sandbox.needs_person:
                 reason = "; ".join(r for r in (sandbox.approval_reason, reason) if r)
         attended = False
@@ -106,17 +182,17 @@ class ToolCallRunner:
             if decision is None:
                 if sandbox is not None and sandbox.needs_person:
                     notices.say("unattended", unattended_message(sandbox.reason))
-                self._finish_call(call, args, "denied", prompts.headless_refusal(reason), started)
-                return "denied", None
+                self.finish(call, args, "denied", prompts.headless_refusal(reason), protocol, started)
+                return CallOutcome("denied")
             if not decision.approved:
-                self._finish_call(call, args, "denied", prompts.denied_result(decision.feedback), started)
-                return "denied", None
+                self.finish(call, args, "denied", prompts.denied_result(decision.feedback), protocol, started)
+                return CallOutcome("denied")
             if decision.arguments is not None:
                 try:
                     args = normalize_arguments(spec, decision.arguments)
                 except ToolArgumentError as exc:
-                    return self._fail_call(call, args, f"the user's edit is invalid: {exc}", mistake=False,
-                                           started=started), None
+                    return self._fail(call, args, f"the user's edit is invalid: {exc}", protocol, mistake=False,
+                                      started=started)
                 approval_note = "\n[The user edited this action before approving it.]"
             if decision.feedback:
                 approval_note += f"\n[User's note: {decision.feedback}]"
@@ -124,30 +200,31 @@ class ToolCallRunner:
         await self._between_steps()
         self._set_state(AgentState.RUNNING_TOOL, summary)
         on_output = None
-        if name == "execute_command":
-            self._commands_run.append(args["command"])
+        if spec.logs == "command":
+            self.work.note("command", args)
+        if spec.streams_output:
             on_output = lambda text: self._emit(ev.CommandOutputStreamed(self.session_id, call.id, text))  # noqa: E731
+        if spec.run is None:
+            return self._fail(call, args, f"{name} cannot run here", protocol, started=started)
         try:
-            run = await self._toolbox.run(name, args, on_output=on_output, attended=attended)
+            run = await self.toolbox.run(spec.run, args, on_output=on_output, attended=attended)
         except ToolError as exc:
-            status = self._fail_call(call, args, str(exc), mistake=exc.mistake, started=started)
-            return status, None
-        if name == "read_file":
-            self._files_read.append(args["path"])
-        elif name in ("write_to_file", "replace_in_file"):
-            self._files_changed.append(args["path"])
-        self._mistakes = 0
-        self._finish_call(call, args, "ok", run.text + approval_note, started)
+            return self._fail(call, args, str(exc), protocol, mistake=exc.mistake, started=started)
+        if spec.logs in ("read", "changed"):
+            self.work.note(spec.logs, args)
+        self.finish(call, args, "ok", run.text + approval_note, protocol, started)
         self._last_ok_call = (name, args)
         if run.changed_files:
-            await self._checkpoint(summary)
-        return "ok", None
+            await self.checkpoint(summary)
+        return CallOutcome("ok", progress=True)
 
-    async def _checkpoint(self, label: str) -> None:
+    async def checkpoint(self, label: str) -> None:
+        """A checkpoint of the worktree at this point of the conversation (failures are told,
+        never fatal)."""
         if self.checkpoints is None:
             return
         try:
-            cp = await self.checkpoints.create(label, len(self._messages))
+            cp = await self.checkpoints.create(label, self._message_count())
         except (CheckpointError, OSError) as exc:
             log.warning("checkpoint of %s failed: %s", self.session_id, exc)
             self._emit(ev.ErrorOccurred(self.session_id, f"checkpoint failed: {exc}"))

@@ -74,6 +74,32 @@ def parse_blocks(diff: str) -> list[Block]:
     return blocks
 
 
+def count_changed_lines(diff: str) -> tuple[int, int]:
+    """(added, removed): the lines of the REPLACE and SEARCH parts of ``diff``, read by the
+    same markers :func:`parse_blocks` accepts; never fails (what a pane shows of a proposed
+    edit, malformed or not)."""
+    added = removed = 0
+    section: str | None = None
+    for line in diff.replace("\r\n", "\n").split("\n"):
+        if section is None:
+            if _START.match(line):
+                section = "search"
+        elif section == "search":
+            if _DIVIDER.match(line):
+                section = "replace"
+            elif _END.match(line):
+                section = None
+            else:
+                removed += 1
+        elif _END.match(line):
+            section = None
+        elif _START.match(line):
+            section = "search"
+        else:
+            added += 1
+    return added, removed
+
+
 def _whole_line_matches(content: str, needle: str) -> list[int]:
     found: list[int] = []
     start = 0

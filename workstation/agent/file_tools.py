@@ -18,7 +18,7 @@ from pathlib import Path
 
 from workstation.agent.diff_blocks import DiffError, apply_blocks, parse_blocks
 from workstation.agent.jail import JailError, PathJail
-from workstation.agent.tool_specs import ToolError
+from workstation.agent.tool_api import ToolError
 
 BINARY_SNIFF_BYTES = 8192
 HARD_READ_LIMIT_BYTES = 64 << 20

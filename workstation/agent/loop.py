@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from workstation.agent import prompts
-from workstation.agent.calls import ToolCallRunner
+from workstation.agent.calls import CallOutcome, ToolCallRunner, WorkLog
 from workstation.agent.checkpoints import Checkpoint, CheckpointError, CheckpointStore
 from workstation.agent.config import AgentConfig
 from workstation.agent.context import facts_summary
@@ -28,7 +28,7 @@ from workstation.agent.protocols import (
     ReplyCalls, choose_protocol, is_context_overflow, is_tool_refusal, step_down, system_prompt,
     tool_result_message,
 )
-from workstation.agent.tool_specs import OPENAI_TOOLS
+from workstation.agent.tool_specs import OPENAI_TOOLS, QUESTION_TOOL
 from workstation.agent.toolbox import Toolbox
 from workstation.agent.toolcalls import RawCall
 from workstation.agent.turn import condense, stream_turn
@@ -48,7 +48,7 @@ SlotFactory = Callable[[], AbstractAsyncContextManager[Any]]
 _TOOLS_TOKENS = len(message_json({"t": list(OPENAI_TOOLS)})) // 3
 
 
-class Agent(ToolCallRunner):
+class Agent:
     """One coding agent working in ``root`` on ``task``. See the package docstring."""
 
     def __init__(
@@ -81,6 +81,11 @@ class Agent(ToolCallRunner):
         self.checkpoints: CheckpointStore | None = (
             CheckpointStore(self.root, session_id) if self.config.checkpoints else None
         )
+        self._calls = ToolCallRunner(
+            session_id, self.config, self._toolbox, self.checkpoints, approver, emit=self._emit,
+            append=self._append, set_state=self._set_state, between_steps=self._between_steps,
+            message_count=lambda: len(self._messages),
+        )
         self._state = AgentState.IDLE
         self._mode = self.config.mode
         self._protocol: ToolProtocol | None = None
@@ -96,9 +101,6 @@ class Agent(ToolCallRunner):
         self._context_tokens = 0
         self._usage_len = 0
         self._inbox: list[str] = []
-        self._files_read: list[str] = []
-        self._files_changed: list[str] = []
-        self._commands_run: list[str] = []
         self._pause_requested = False
         self._resumed = asyncio.Event()
         self._resumed.set()
@@ -108,7 +110,6 @@ class Agent(ToolCallRunner):
         self._idle.set()
         self._baseline_done = False
         self._last_finish = ""
-        self._last_ok_call: tuple[str, dict[str, Any]] | None = None
         self._run_prompt = self._run_completion = self._run_turns = 0
         self._needs_repair = False
         if snapshot is not None:
@@ -215,7 +216,7 @@ class Agent(ToolCallRunner):
         if self._needs_repair:
             self._repair_tail()
         if self._pending_question is not None:
-            call = RawCall(self._pending_question, "ask_followup_question", "{}")
+            call = RawCall(self._pending_question, QUESTION_TOOL, "{}")
             answer = prompts.question_answer(text)
             self._append(tool_result_message(self._protocol or ToolProtocol.NATIVE, call, {}, answer))
             self._emit(ev.ToolCallFinished(self.session_id, call.id, call.name, "ok", answer))
@@ -226,7 +227,7 @@ class Agent(ToolCallRunner):
         self._mistakes = 0
         self._needs_input = False
         self._completed = False
-        self._last_ok_call = None
+        self._calls.forget_last_call()
 
     def set_mode(self, mode: AgentMode) -> None:
         """Switch Plan/Act; the model is told before its next turn."""
@@ -243,8 +244,8 @@ class Agent(ToolCallRunner):
             session_id=self.session_id, messages=self.messages, mode=self._mode,
             protocol=self._protocol, turns=self._turns, pending_question_call=self._pending_question,
             completed=self._completed, needs_input=self._needs_input,
-            context_tokens=self._estimate_context(), files_read=list(self._files_read),
-            files_changed=list(self._files_changed), commands_run=list(self._commands_run),
+            context_tokens=self._estimate_context(), files_read=list(self._calls.work.files_read),
+            files_changed=list(self._calls.work.files_changed), commands_run=list(self._calls.work.commands_run),
         )
 
     async def list_checkpoints(self) -> list[Checkpoint]:
@@ -310,9 +311,7 @@ class Agent(ToolCallRunner):
         self._turns = snap.turns
         self._completed = snap.completed
         self._needs_input = snap.needs_input
-        self._files_read = list(snap.files_read)
-        self._files_changed = list(snap.files_changed)
-        self._commands_run = list(snap.commands_run)
+        self._calls.work = WorkLog(list(snap.files_read), list(snap.files_changed), list(snap.commands_run))
         self._messages = [dict(m) for m in snap.messages]
         self._pending_question = snap.pending_question_call
         self._baseline_done = bool(snap.messages)
@@ -372,7 +371,7 @@ class Agent(ToolCallRunner):
                 return self._outcome(RunStatus.NEEDS_INPUT, "waiting for the user after repeated mistakes")
         if not self._baseline_done:
             self._baseline_done = True
-            await self._checkpoint("session start")
+            await self._calls.checkpoint("session start")
         cfg = self.config
         while True:
             await self._between_steps()
@@ -490,19 +489,40 @@ class Agent(ToolCallRunner):
         failed = False
         for call in reply.calls:
             if failed:
-                self._finish_call(call, {}, "skipped", prompts.SKIPPED_RESULT)
+                self._calls.skip(call, self._protocol)
                 continue
-            status, outcome = await self._run_call(call, reply)
+            result = await self._calls.run(call, protocol=self._protocol, mode=self._mode,
+                                           cut_off=self._last_finish == "length", incomplete=reply.incomplete)
+            outcome = self._after_call(result)
             if outcome is not None:
                 return outcome
-            failed = status != "ok"
+            failed = result.status != "ok"
         return self._mistakes_outcome()
+
+    def _after_call(self, result: CallOutcome) -> AgentOutcome | None:
+        """What a call means for the run: mistakes, completion, a question for the user."""
+        if result.mistake is not None:
+            self._count_mistake(result.mistake)
+        if result.progress:
+            self._mistakes = 0
+        if result.completed is not None:
+            self._completed = True
+            self._last_result = result.completed
+            return self._outcome(RunStatus.COMPLETED, "the task is complete", result=result.completed)
+        if result.question is not None:
+            call_id, question, options = result.question
+            self._pending_question = call_id
+            self._question = (question, options)
+            return self._outcome(RunStatus.NEEDS_INPUT, "the agent asked a question",
+                                 question=question, options=options)
+        return None
 
     # ------------------------------------------------------------------ internals: condensing
     async def _condense(self, *, force: bool = False) -> None:
         before_tokens, before_len = self._estimate_context(), len(self._messages)
         self._set_state(AgentState.GENERATING, "condensing the conversation")
-        facts = facts_summary(self._files_read, self._files_changed, self._commands_run)
+        work = self._calls.work
+        facts = facts_summary(work.files_read, work.files_changed, work.commands_run)
         result = await condense(self.client, self._messages, self.config, facts, force=force, slot=self._slot)
         if result is None:
             return

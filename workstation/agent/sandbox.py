@@ -67,7 +67,7 @@ from workstation.agent.sandbox_notices import (  # noqa: F401 - re-exported: the
     notices,
     unattended_message,
 )
-from workstation.agent.tool_specs import ToolError
+from workstation.agent.tool_api import ToolError
 from workstation.config import Settings, default_data_dir
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ import pathspec
 
 from workstation.agent.file_tools import decode_text, looks_binary
 from workstation.agent.jail import JailError, PathJail
-from workstation.agent.tool_specs import ToolError
+from workstation.agent.tool_api import ToolError
 
 SKIP_DIRS = frozenset({".git", "node_modules", "__pycache__", ".venv", ".mypy_cache",
                        ".pytest_cache", ".tox", ".idea", ".ruff_cache"})

@@ -1,4 +1,7 @@
-"""The agent's tools as data: names and arguments as Cline's, JSON schemas, categories.
+"""The agent's tools as data: names and arguments as Cline's, JSON schemas, categories, and
+what each tool is beyond its schema — its runner, what it records in the session's work log,
+the argument the always-ask rules read, its mark in a pane, the lines an edit adds and
+removes. A new tool is one entry here (plus its runner, in ``tool_runners.py``).
 
 Tool definitions are built once at import and never change, so every request of every
 session carries byte-identical ``tools`` (vLLM's prefix cache then hits across sessions).
@@ -11,28 +14,24 @@ raises :class:`ToolArgumentError` with a message the model can act on.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
+from workstation.agent import tool_runners as runners
+from workstation.agent.diff_blocks import count_changed_lines
+from workstation.agent.tool_api import ToolArgumentError, ToolError, ToolRun, ToolRunner
 from workstation.core.approvals import ToolCategory
 
+__all__ = [
+    "COMPLETION_TOOL", "OPENAI_TOOLS", "QUESTION_TOOL", "SPECS_BY_NAME", "TOOL_NAMES", "TOOL_SPECS", "Param",
+    "ToolArgumentError", "ToolError", "ToolRun", "ToolSpec", "canonical_tool_name", "example_call",
+    "normalize_arguments", "summarize_call", "text_protocol_description",
+]
 
-class ToolError(Exception):
-    """A tool could not do what was asked; ``str()`` is the message for the model.
-
-    ``mistake`` says whether it counts toward the consecutive-mistakes limit (a wrong path
-    or a SEARCH block that does not match does; a user's denial does not).
-    """
-
-    def __init__(self, message: str, *, mistake: bool = True) -> None:
-        super().__init__(message)
-        self.mistake = mistake
-
-
-class ToolArgumentError(ToolError):
-    """A call's tool name or arguments are unusable."""
+WorkLogEntry = Literal["", "read", "changed", "command"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +54,26 @@ class ToolSpec:
     description: str
     params: tuple[Param, ...]
     in_plan_mode: bool
+    run: ToolRunner | None = None
+    """Runs one call (``tool_runners.py``); None for the interaction tools, which the agent answers."""
+    logs: WorkLogEntry = ""
+    """What a successful call adds to the session's work log: the ``path`` it read or
+    changed, or the ``command`` it ran (kept for resume and told to the model when condensing)."""
+    approval_subject: str = ""
+    """The argument the always-ask rules are matched against (a command line)."""
+    streams_output: bool = False
+    """The call's output streams to the pane as it comes (``CommandOutputStreamed``)."""
+    shell: bool = False
+    """Runs commands in a shell: only under the sandbox policy, fail closed
+    (``agent/sandbox_status.py``)."""
+    mark: str = "•"
+    """The mark before the call's line in a pane's transcript."""
+    line_counts: Callable[[dict[str, Any]], tuple[int, int]] | None = None
+    """An edit: the (added, removed) lines its arguments propose."""
+
+    def edit_line_counts(self, arguments: dict[str, Any]) -> tuple[int, int] | None:
+        """(+added, −removed) lines the call proposes; None for a tool that is not an edit."""
+        return self.line_counts(arguments) if self.line_counts is not None else None
 
     def param(self, name: str) -> Param | None:
         for p in self.params:
@@ -90,6 +109,17 @@ class ToolSpec:
         }
 
 
+QUESTION_TOOL = "ask_followup_question"
+"""The interaction tool that asks the user (the agent then needs input)."""
+COMPLETION_TOOL = "attempt_completion"
+"""The interaction tool that finishes the task."""
+
+
+def _content_lines(arguments: dict[str, Any]) -> tuple[int, int]:
+    content = str(arguments.get("content", ""))
+    return content.count("\n") + (0 if content.endswith("\n") or not content else 1), 0
+
+
 R, E, C, I = ToolCategory.READ, ToolCategory.EDIT, ToolCategory.COMMAND, ToolCategory.INTERACTION
 PATH = "Path relative to the project root"
 
@@ -100,48 +130,50 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
         Param("start_line", "integer", "First line to read (1-based)", required=False, example="1",
               advertised=False),
         Param("end_line", "integer", "Last line to read", required=False, example="40", advertised=False),
-    ), True),
+    ), True, run=runners.read_file, logs="read", mark="▸"),
     ToolSpec("write_to_file", E, "Create or overwrite a file with the complete new content.", (
         Param("path", "string", PATH, example="src/hello.py"),
         Param("content", "string", "The complete file content", example="print('hello')\n"),
-    ), False),
+    ), False, run=runners.write_to_file, logs="changed", mark="✎", line_counts=_content_lines),
     ToolSpec("replace_in_file", E,
              "Edit a file with SEARCH/REPLACE blocks. Each block:\n------- SEARCH\n<exact lines "
              "from the file>\n=======\n<new lines>\n+++++++ REPLACE", (
         Param("path", "string", PATH, example="src/app.py"),
         Param("diff", "string", "One or more SEARCH/REPLACE blocks",
               example="------- SEARCH\nold line\n=======\nnew line\n+++++++ REPLACE"),
-    ), False),
+    ), False, run=runners.replace_in_file, logs="changed", mark="✎",
+        line_counts=lambda a: count_changed_lines(str(a.get("diff", "")))),
     ToolSpec("search_files", R, "Search files under a directory for a regular expression.", (
         Param("path", "string", "Directory to search, relative to the project root", example="."),
         Param("regex", "string", "Regular expression (Python syntax)", example="def main"),
         Param("file_pattern", "string", "Glob of the files to search (optional)",
               required=False, example="*.py"),
-    ), True),
+    ), True, run=runners.search_files, mark="⌕"),
     ToolSpec("list_files", R, "List files and directories in a directory.", (
         Param("path", "string", "Directory relative to the project root", example="."),
         Param("recursive", "boolean", "List subdirectories too (optional)", required=False,
               example="false"),
-    ), True),
+    ), True, run=runners.list_files, mark="▸"),
     ToolSpec("list_code_definition_names", R,
              "List classes and functions defined in a source file or in the files of a directory.", (
         Param("path", "string", "File or directory relative to the project root", example="src"),
-    ), True),
+    ), True, run=runners.list_code_definition_names, mark="▸"),
     ToolSpec("execute_command", C, "Run a shell command in the project root (not interactive).", (
         Param("command", "string", "The shell command", example="python -m pytest -q"),
         Param("requires_approval", "boolean", "True for risky commands (optional)", required=False,
               example="false"),
-    ), False),
-    ToolSpec("ask_followup_question", I, "Ask the user a question when you cannot go on without an answer.", (
+    ), False, run=runners.execute_command, logs="command", approval_subject="command", streams_output=True,
+        shell=True, mark="$"),
+    ToolSpec(QUESTION_TOOL, I, "Ask the user a question when you cannot go on without an answer.", (
         Param("question", "string", "The question", example="Which file should I change?"),
         Param("options", "array", "Possible answers (optional)", required=False,
               example='["a.py", "b.py"]'),
-    ), True),
-    ToolSpec("attempt_completion", I, "Finish: call this when the task is done.", (
+    ), True, mark="?"),
+    ToolSpec(COMPLETION_TOOL, I, "Finish: call this when the task is done.", (
         Param("result", "string", "What you did, in one or two sentences", example="Added hello.py."),
         Param("command", "string", "A command that shows the result (optional)", required=False,
               example="python hello.py"),
-    ), True),
+    ), True, mark="✓"),
 )
 
 SPECS_BY_NAME: dict[str, ToolSpec] = {s.name: s for s in TOOL_SPECS}
@@ -254,9 +286,9 @@ def summarize_call(tool: str, args: dict[str, Any]) -> str:
         return f"$ {args.get('command', '')}"
     if tool == "search_files":
         return f"search_files /{args.get('regex', '')}/ in {args.get('path', '.')}"
-    if tool == "ask_followup_question":
+    if tool == QUESTION_TOOL:
         return f"question: {args.get('question', '')}"
-    if tool == "attempt_completion":
+    if tool == COMPLETION_TOOL:
         return f"done: {args.get('result', '')}"
     path = args.get("path")
     return f"{tool} {path}" if path is not None else tool

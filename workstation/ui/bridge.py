@@ -19,6 +19,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from workstation.agent.tool_specs import COMPLETION_TOOL, SPECS_BY_NAME, TOOL_SPECS
 from workstation.core import agent_events as ev
 from workstation.core import fleet_events as fe
 from workstation.ui.panes.session_pane import PaneInfo
@@ -29,11 +30,8 @@ log = logging.getLogger(__name__)
 DETAIL_MAX_CHARS = 4000
 OUTPUT_MAX_CHUNKS = 2000
 
-TOOL_MARK = {
-    "read_file": "▸", "list_files": "▸", "search_files": "⌕", "list_code_definition_names": "▸",
-    "write_to_file": "✎", "replace_in_file": "✎", "execute_command": "$",
-    "ask_followup_question": "?", "attempt_completion": "✓",
-}
+TOOL_MARK = {spec.name: spec.mark for spec in TOOL_SPECS}
+"""The mark before each tool's line (carried by the tool's spec)."""
 STATUS_MARK = {"ok": "", "error": " ✗", "denied": " ⊘ denied", "skipped": " · skipped",
                "interrupted": " · interrupted"}
 
@@ -49,36 +47,20 @@ def info_from_summary(summary: fe.SessionSummary) -> PaneInfo:
 
 
 def edit_counts(tool: str, arguments: dict[str, Any]) -> tuple[int, int] | None:
-    """(+added, −removed) lines an edit tool call proposes, or None for other tools."""
-    if tool == "write_to_file":
-        content = str(arguments.get("content", ""))
-        return (content.count("\n") + (0 if content.endswith("\n") or not content else 1), 0)
-    if tool == "replace_in_file":
-        added = removed = 0
-        section = None
-        for line in str(arguments.get("diff", "")).splitlines():
-            marker = line.strip()
-            if marker.startswith("-------") and "SEARCH" in marker:
-                section = "search"
-            elif marker == "=======":
-                section = "replace"
-            elif marker.startswith("+++++++") and "REPLACE" in marker:
-                section = None
-            elif section == "search":
-                removed += 1
-            elif section == "replace":
-                added += 1
-        return added, removed
-    return None
+    """(+added, −removed) lines an edit tool call proposes, or None for other tools (the
+    tool's spec counts them, with the agent's own SEARCH/REPLACE markers)."""
+    spec = SPECS_BY_NAME.get(tool)
+    return spec.edit_line_counts(arguments) if spec is not None else None
 
 
 def tool_line(event: ev.ToolCallStarted) -> tuple[str, str]:
     """(compact line, details) for a tool call."""
-    mark = TOOL_MARK.get(event.tool, "•")
+    spec = SPECS_BY_NAME.get(event.tool)
+    mark = spec.mark if spec is not None else "•"
     summary = event.summary or event.tool
-    if event.tool == "execute_command" and summary.startswith("$ "):
+    if spec is not None and spec.shell and summary.startswith("$ "):
         summary = summary[2:]
-    counts = edit_counts(event.tool, event.arguments)
+    counts = spec.edit_line_counts(event.arguments) if spec is not None else None
     text = f"{mark} {summary}" + (f"  +{counts[0]} −{counts[1]}" if counts else "")
     detail = json.dumps(event.arguments, indent=2, ensure_ascii=False)[:DETAIL_MAX_CHARS]
     return text, detail
@@ -282,7 +264,7 @@ class FleetBridge(QObject):
             if event.finish_reason == "length":
                 doc.add_line("… the answer was cut at the token limit", LineStyle.NOTICE)
         elif isinstance(event, ev.ToolCallStarted):
-            if event.tool == "attempt_completion":
+            if event.tool == COMPLETION_TOOL:
                 return
             text, detail = tool_line(event)
             line = doc.add_line(text, LineStyle.TOOL, detail=detail, tool=event.tool)
