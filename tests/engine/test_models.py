@@ -7,12 +7,15 @@ from workstation.core.errors import UserError
 from workstation.engine.models import ModelError, check_model_dir, resolve_model
 
 
-def _fake_model(path, files):
+def _fake_model(path, files, *, real_digests=False):
+    import hashlib
+
     path.mkdir(parents=True)
     manifest = {"name": "x", "files": {}}
     for name, data in files.items():
         (path / name).write_bytes(data)
-        manifest["files"][name] = {"bytes": len(data), "sha256": "0" * 64}
+        digest = hashlib.sha256(data).hexdigest() if real_digests else "0" * 64
+        manifest["files"][name] = {"bytes": len(data), "sha256": digest}
     (path / "workstation-model.json").write_text(json.dumps(manifest))
 
 
@@ -25,10 +28,51 @@ def test_missing_manifest_means_half_written(tmp_path):
 
 def test_truncated_file_is_detected(tmp_path):
     d = tmp_path / "m"
-    _fake_model(d, {"config.json": b"{}", "model.safetensors": b"x" * 100})
+    _fake_model(d, {"config.json": b"{}", "tokenizer_config.json": b"{}", "model.safetensors": b"x" * 100})
     assert check_model_dir(d) is None
     (d / "model.safetensors").write_bytes(b"x" * 10)
     assert "corrupt" in check_model_dir(d)
+
+
+def test_a_model_without_its_tokenizer_is_not_ready(tmp_path):
+    d = tmp_path / "m"
+    _fake_model(d, {"config.json": b"{}", "model.safetensors": b"x"})
+    assert "no tokenizer_config.json" in check_model_dir(d)
+
+
+def test_two_prepares_of_one_model_take_turns(tmp_path):
+    import threading
+
+    from workstation.engine import models
+
+    settings = Settings(data_dir=tmp_path)
+    inside, overlap = [], []
+
+    def build(*_a, **_k):
+        inside.append(1)
+        if len(inside) > 1:
+            overlap.append(1)
+        d = models.model_dir(settings, "tiny")
+        if not d.exists():
+            _fake_model(d, {"config.json": b"{}", "tokenizer_config.json": b"{}"}, real_digests=True)
+        threading.Event().wait(0.3)
+        inside.pop()
+
+    said = []
+    orig = models._run_in_engine
+    models._run_in_engine = build
+    try:
+        threads = [threading.Thread(target=models.prepare_model, args=(settings, None, "tiny"),
+                                    kwargs={"progress": said.append}) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        models._run_in_engine = orig
+    assert not overlap
+    assert any("being prepared by another process" in m for m in said)
+    assert check_model_dir(models.model_dir(settings, "tiny")) is None
 
 
 def test_deep_check_compares_digests(tmp_path):

@@ -11,6 +11,7 @@ or corrupt directory is detected and rebuilt.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -92,8 +93,9 @@ def check_model_dir(path: Path, *, deep: bool = False) -> str | None:
                     digest.update(block)
             if digest.hexdigest() != meta.get("sha256"):
                 return f"{file} does not match its checksum (corrupt)"
-    if not (path / "config.json").is_file():
-        return f"{path} has no config.json"
+    for needed in ("config.json", "tokenizer_config.json"):
+        if needed not in files:
+            return f"{path} has no {needed} (an interrupted or overlapping preparation)"
     return None
 
 
@@ -177,11 +179,28 @@ def prepare_model(
     settings: Settings, engine: EngineInstall, name: str, *, progress: Progress | None = None,
     force: bool = False,
 ) -> ModelSpec:
-    """Prepare a built-in model (idempotent; rebuilds a corrupt one)."""
+    """Prepare a built-in model (idempotent; rebuilds a corrupt one).
+
+    Two prepares of one model at once (two set-up scripts in one data dir) take turns: the
+    second waits on a lock file and then finds the model ready. Without it the first to finish
+    swept away the other's half-written folder, which then left a model without a tokenizer."""
     say = progress or (lambda _m: None)
     if name not in BUILTIN_MODELS:
         raise ModelError(f"unknown built-in model '{name}' (choose from {', '.join(BUILTIN_MODELS)})")
     path = model_dir(settings, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.parent / f".{name}.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"model '{name}' is being prepared by another process; waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            force = False  # what the other process built is what was asked for
+        return _prepare_locked(settings, engine, name, path, say, force)
+
+
+def _prepare_locked(settings: Settings, engine: EngineInstall, name: str, path: Path, say: Progress,
+                    force: bool) -> ModelSpec:
     problem = check_model_dir(path, deep=True) if path.exists() else "missing"
     if problem is None and not force:
         say(f"model '{name}' is ready in {path}")
