@@ -60,6 +60,9 @@ class EngineSettings(BaseSettings):
     """Seconds between SIGTERM and SIGKILL when stopping the engine."""
     kv_cache_gib: float | None = None
     """KV cache size for the CPU engine; None sizes it from free memory."""
+    tool_call_parser: str | None = None
+    """vLLM's tool-call parser; None picks one from the model family (hermes for the
+    built-in models), ``none`` turns native tool calls off."""
     extra_args: list[str] = Field(default_factory=list)
     """Further ``vllm serve`` arguments appended after the profile's."""
     external_url: str | None = None

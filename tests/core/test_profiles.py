@@ -1,6 +1,16 @@
 import pytest
 
-from workstation.core.profiles import PRESETS, Profile, apply_changes, diff_against_parent, effective, split_flags
+from workstation.core.profiles import (
+    PRESETS,
+    Profile,
+    apply_changes,
+    diff_against_parent,
+    effective,
+    flatten,
+    profile_from_mapping,
+    profile_to_toml,
+    split_flags,
+)
 
 
 def test_split_and_apply_changes_replace_values_and_remove_negated_flags():
@@ -37,7 +47,53 @@ def test_cycles_and_unknown_parents_are_refused():
         effective(Profile("c", "", parent="zzz"), {})
 
 
-def test_default_preset_is_eager_and_shows_its_diff():
-    args, _ = effective(PRESETS["default"], PRESETS)
-    assert "--enforce-eager" in args
-    assert diff_against_parent(PRESETS["default"]) == ["--enforce-eager"]
+def test_default_preset_is_eager_on_cpu_only_and_shows_its_diff():
+    cpu, _ = effective(PRESETS["default"], PRESETS, platform="cpu")
+    assert cpu == ["--enforce-eager"]
+    cuda, _ = effective(PRESETS["default"], PRESETS, platform="cuda", values={})
+    assert "--enforce-eager" not in cuda
+    assert {"--enable-prefix-caching", "--enable-chunked-prefill"} <= set(cuda)
+    assert diff_against_parent(PRESETS["default"])[0] == "on cpu: --enforce-eager"
+
+
+def test_cuda_default_fills_sized_flags_and_drops_unknown_ones():
+    values = {"max_num_seqs": "64", "max_model_len": "8192", "gpu_memory_utilization": "0.90"}
+    args, _ = effective(PRESETS["default"], PRESETS, platform="cuda", values=values)
+    flags = split_flags(args)
+    assert flags["--max-num-seqs"] == ["64"] and flags["--max-model-len"] == ["8192"]
+    assert flags["--gpu-memory-utilization"] == ["0.90"]
+    # no GPU facts: the memory share and context are left to vLLM, the batch is still sized
+    args, _ = effective(PRESETS["default"], PRESETS, platform="cuda", values={"max_num_seqs": "64"})
+    assert "--gpu-memory-utilization" not in args and "--max-model-len" not in args
+    assert split_flags(args)["--max-num-seqs"] == ["64"]
+    # vLLM's own defaults add nothing on any platform
+    for platform in ("cpu", "cuda"):
+        assert effective(PRESETS["vllm-defaults"], PRESETS, platform=platform, values=values) == ([], {})
+
+
+def test_a_childs_change_wins_over_its_parents_platform_change():
+    cpu, _ = effective(PRESETS["compiled"], PRESETS, platform="cpu")
+    assert "--enforce-eager" not in cpu and "--no-enforce-eager" in cpu
+
+
+def test_flattening_keeps_what_each_platform_gets():
+    for name, profile in PRESETS.items():
+        flat = flatten(profile, PRESETS)
+        assert flat.parent is None
+        for platform in ("cpu", "cuda"):
+            assert split_flags(effective(flat, {}, platform=platform)[0]) == \
+                split_flags(effective(profile, PRESETS, platform=platform)[0]), (name, platform)
+        only_cuda = flatten(profile, PRESETS, platform="cuda")
+        assert not only_cuda.platform_args
+        assert effective(only_cuda, {})[0] == effective(profile, PRESETS, platform="cuda")[0]
+
+
+def test_platform_args_survive_toml_and_refuse_unknown_platforms():
+    import tomllib
+
+    flat = flatten(PRESETS["throughput"], PRESETS)
+    assert profile_from_mapping(tomllib.loads(profile_to_toml(flat))) == flat
+    with pytest.raises(ValueError, match="unknown platform"):
+        profile_from_mapping({"name": "x", "platform_args": {"tpu": ["--a"]}})
+    with pytest.raises(ValueError, match="list of strings"):
+        profile_from_mapping({"name": "x", "platform_args": {"cuda": "--a"}})

@@ -27,7 +27,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     serve.add_argument("--port", type=int, default=None)
     serve.set_defaults(func=_serve)
 
-    profiles = verbs.add_parser("profiles", help="list tuning profiles and what each changes")
+    profiles = verbs.add_parser("profiles", help="list tuning profiles and the flags each gives, per platform")
+    profiles.add_argument("--platform", choices=["cpu", "cuda"],
+                          help="only this platform (default: both; this machine's engine first)")
+    profiles.add_argument("--model", help="model to size for (default: the configured one)")
+    profiles.add_argument("--json", action="store_true", help="a JSON list of {name, platform, args, env, validated}")
     profiles.set_defaults(func=_profiles)
 
     model = subparsers.add_parser("model", help="prepare the embedded models")
@@ -66,11 +70,32 @@ def _prepare(args: argparse.Namespace) -> int:
 
 
 def _profiles(args: argparse.Namespace) -> int:
-    for profile in PRESETS.values():
+    import json
+
+    from workstation.engine.profile_listing import list_profiles
+
+    settings = load_settings()
+    rows = list_profiles(settings, platforms=[args.platform] if args.platform else None, model=args.model)
+    if args.json:
+        print(json.dumps([row.to_json() for row in rows], indent=1))
+        return 0
+    platform = None
+    for row in rows:
+        if row.platform != platform:
+            platform = row.platform
+            _say(f"== {platform}: {row.engine_note}")
+            for note in row.sizing_notes:
+                _say(f"   sizing: {note}")
+        profile = PRESETS[row.name]
         parent = f" (from {profile.parent})" if profile.parent else ""
-        _say(f"{profile.name}{parent}: {profile.description}")
+        check = "validated" if row.validated else f"NOT validated: {row.validation_note}"
+        _say(f"{row.name}{parent}: {profile.description}")
         for line in diff_against_parent(profile):
-            _say(f"    {line}")
+            _say(f"    change  {line}")
+        _say(f"    flags   {' '.join(row.args) or '(none)'}")
+        if row.env:
+            _say(f"    env     {' '.join(f'{k}={v}' for k, v in row.env.items())}")
+        _say(f"    {check}")
     return 0
 
 

@@ -2,10 +2,19 @@
 
 A profile's effective arguments are its parent's with its own changes applied: a flag
 it names replaces the parent's value for that flag; ``--no-<flag>`` removes ``--<flag>``.
+A profile may add changes for one platform only (``platform_args``), applied right after its
+own ``args``; so a child's change still wins over its parent's platform changes. Values may be
+placeholders (``{max_num_seqs}``) that the launcher fills from the sizing of the machine it
+runs on; a flag whose placeholder has no value is left out (vLLM's own default applies).
 
 Presets:
 
-- ``vllm-defaults``, ``default`` (eager start), ``compiled``: the foundation's three;
+- ``vllm-defaults``: vLLM's own defaults for the model, nothing added;
+- ``default``: the platform's baseline (:data:`PLATFORM_BASELINE`): on the CPU engine an eager
+  start (26 s instead of 109 s for SmolLM2, decode ~8 % slower — eager pays there); on CUDA
+  compiled graphs with the batch, context and memory share sized for this GPU and the
+  configured sessions (``core/engine_sizing.py``), prefix caching and chunked prefill on;
+- ``compiled``: the default with compiled graphs on every platform;
 - ``throughput`` / ``latency``: general leanings for any model and platform;
 - ``ladder-1-mtp3`` … ``ladder-5-ssm-fp16``: the report's tuning ladder for a hybrid
   Mamba–attention model with a multi-token-prediction head (CUDA only), each step a child
@@ -35,6 +44,13 @@ class Profile:
     env: tuple[tuple[str, str], ...] = ()
     parent: str | None = None
     platforms: frozenset[str] = field(default_factory=lambda: PLATFORMS)
+    platform_args: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """Further changes on one platform only: ``(("cpu", ("--enforce-eager",)),)``."""
+
+    def args_on(self, platform: str | None) -> tuple[str, ...]:
+        """This profile's own changes on ``platform`` (its ``args``, then that platform's)."""
+        extra = dict(self.platform_args).get(platform, ()) if platform else ()
+        return (*self.args, *extra)
 
 
 def split_flags(args: tuple[str, ...] | list[str]) -> dict[str, list[str]]:
@@ -81,8 +97,42 @@ def apply_changes(base: list[str] | tuple[str, ...], changes: list[str] | tuple[
     return join_flags(merged)
 
 
-def effective(profile: Profile, catalogue: Mapping[str, Profile]) -> tuple[list[str], dict[str, str]]:
-    """Arguments and environment of a profile after walking up its parents."""
+_PLACEHOLDER = re.compile(r"^\{([a-z_]+)\}$")
+
+STAND_IN_VALUES: dict[str, str] = {"max_num_seqs": "64", "max_model_len": "8192", "gpu_memory_utilization": "0.90"}
+"""Typical sized values, for checking a profile's flags where there is no machine to size for."""
+
+
+def fill_placeholders(args: list[str] | tuple[str, ...], values: Mapping[str, str]) -> list[str]:
+    """``{name}`` values replaced from ``values``; a flag whose value has none is dropped."""
+    out: dict[str, list[str]] = {}
+    for flag, flag_values in split_flags(list(args)).items():
+        filled = []
+        for value in flag_values:
+            match = _PLACEHOLDER.match(value)
+            if match is None:
+                filled.append(value)
+            elif match.group(1) in values:
+                filled.append(str(values[match.group(1)]))
+            else:
+                break
+        else:
+            out[flag] = filled
+    return join_flags(out)
+
+
+def placeholders(args: list[str] | tuple[str, ...]) -> set[str]:
+    """Names of the placeholders a list of arguments uses."""
+    return {m.group(1) for a in args if (m := _PLACEHOLDER.match(a))}
+
+
+def effective(profile: Profile, catalogue: Mapping[str, Profile], *, platform: str | None = None,
+              values: Mapping[str, str] | None = None) -> tuple[list[str], dict[str, str]]:
+    """Arguments and environment of a profile after walking up its parents.
+
+    ``platform``: also apply each step's changes for that platform (None: only the changes
+    common to all). ``values``: fill the placeholders (a flag without a value is dropped);
+    None keeps them as they are (for display and for folding into a child)."""
     chain: list[Profile] = []
     seen: set[str] = set()
     node: Profile | None = profile
@@ -97,16 +147,47 @@ def effective(profile: Profile, catalogue: Mapping[str, Profile]) -> tuple[list[
     args: list[str] = []
     env: dict[str, str] = {}
     for step in reversed(chain):
-        args = apply_changes(args, step.args)
+        args = apply_changes(args, step.args_on(platform))
         env.update(dict(step.env))
+    if values is not None:
+        args = fill_placeholders(args, values)
     return args, env
 
 
-def flatten(profile: Profile, catalogue: Mapping[str, Profile]) -> Profile:
+def flatten(profile: Profile, catalogue: Mapping[str, Profile], *, platform: str | None = None) -> Profile:
     """The same profile with its ancestry folded in (``parent=None``): what a launcher that
-    only knows the presets can run."""
-    args, env = effective(profile, catalogue)
-    return replace(profile, args=tuple(args), env=tuple(sorted(env.items())), parent=None)
+    only knows the presets can run. With ``platform`` its platform changes are folded in too
+    (the result is then for that platform only); placeholders stay for the launcher to fill."""
+    args, env = effective(profile, catalogue, platform=platform)
+    platforms = profile.platforms & {platform} if platform else profile.platforms
+    platform_args = () if platform else _folded_platform_args(profile, catalogue)
+    return replace(profile, args=tuple(args), env=tuple(sorted(env.items())), parent=None,
+                   platforms=platforms or profile.platforms, platform_args=platform_args)
+
+
+def _folded_platform_args(profile: Profile, catalogue: Mapping[str, Profile]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Per platform, what the folded profile must add to its common arguments so that it
+    gives the same flags as the unfolded one there."""
+    common, _ = effective(profile, catalogue)
+    out = []
+    for platform in sorted(PLATFORMS):
+        full, _ = effective(profile, catalogue, platform=platform)
+        if full != common:
+            out.append((platform, tuple(_changes_from(common, full))))
+    return tuple(out)
+
+
+def _changes_from(base: list[str], target: list[str]) -> list[str]:
+    """Changes that turn ``base`` into ``target`` under :func:`apply_changes`."""
+    have, want = split_flags(base), split_flags(target)
+    changes: list[str] = []
+    for flag in have:
+        if flag not in want:
+            changes.append("--no-" + flag[2:] if not flag.startswith("--no-") else "--" + flag[5:])
+    for flag, values in want.items():
+        if have.get(flag) != values:
+            changes += [flag, *values]
+    return changes
 
 
 def derive(parent: Profile, name: str, description: str, args: tuple[str, ...] = (),
@@ -119,6 +200,8 @@ def derive(parent: Profile, name: str, description: str, args: tuple[str, ...] =
 def diff_against_parent(profile: Profile) -> list[str]:
     """Human-readable lines: what this profile changes relative to its parent."""
     lines = [f"{flag} {' '.join(values)}".strip() for flag, values in split_flags(list(profile.args)).items()]
+    for platform, values in profile.platform_args:
+        lines += [f"on {platform}: {flag} {' '.join(v)}".strip() for flag, v in split_flags(list(values)).items()]
     lines += [f"env {k}={v}" for k, v in profile.env]
     return lines
 
@@ -176,6 +259,8 @@ def profile_to_mapping(profile: Profile) -> dict[str, Any]:
     out["args"] = list(profile.args)
     out["env"] = dict(profile.env)
     out["platforms"] = sorted(profile.platforms)
+    if profile.platform_args:
+        out["platform_args"] = {k: list(v) for k, v in profile.platform_args}
     return out
 
 
@@ -203,6 +288,20 @@ def profile_from_mapping(data: Mapping[str, Any], *, name: str | None = None) ->
     if unknown or not platforms:
         raise ValueError(f"profile {name!r}: platforms must be among {sorted(PLATFORMS)}, got {platforms}")
     parent = data.get("parent")
+    per_platform = data.get("platform_args", {})
+    if not isinstance(per_platform, Mapping):
+        raise ValueError(f"profile {name!r}: 'platform_args' must be a table of platform = [flags]")
+    platform_args = []
+    for platform, values in sorted(per_platform.items()):
+        if platform not in PLATFORMS:
+            raise ValueError(f"profile {name!r}: platform_args names an unknown platform {platform!r}")
+        if not isinstance(values, list) or not all(isinstance(a, str) for a in values):
+            raise ValueError(f"profile {name!r}: platform_args.{platform} must be a list of strings")
+        try:
+            split_flags(values)
+        except ValueError as exc:
+            raise ValueError(f"profile {name!r}: platform_args.{platform}: {exc}") from None
+        platform_args.append((platform, tuple(values)))
     return Profile(
         name=name,
         description=str(data.get("description", "")),
@@ -210,6 +309,7 @@ def profile_from_mapping(data: Mapping[str, Any], *, name: str | None = None) ->
         env=tuple((str(k), str(v)) for k, v in env.items()),
         parent=str(parent) if parent else None,
         platforms=frozenset(platforms),
+        platform_args=tuple(platform_args),
     )
 
 
@@ -228,6 +328,10 @@ def profile_to_toml(profile: Profile) -> str:
     lines.append("")
     lines.append("[env]")
     lines += [f"{_toml_str(k)} = {_toml_str(v)}" for k, v in profile.env]
+    if profile.platform_args:
+        lines += ["", "[platform_args]"]
+        lines += [f"{platform} = [" + ", ".join(_toml_str(a) for a in values) + "]"
+                  for platform, values in profile.platform_args]
     return "\n".join(lines) + "\n"
 
 
@@ -237,6 +341,23 @@ def _spec(method: str, n: int) -> str:
 
 
 CUDA_ONLY = frozenset({"cuda"})
+
+PLATFORM_BASELINE: dict[str, tuple[str, ...]] = {
+    # Eager pays only on the CPU engine: it starts SmolLM2 in 26 s instead of 109 s (the CPU
+    # build recompiles at every start) for ~8 % slower decode.
+    "cpu": ("--enforce-eager",),
+    # On a GPU eager costs 8x (H200, SmolLM2: 64 vs 521 tok/s for one stream). Compiled graphs
+    # stay on; the three sized flags come from core/engine_sizing.py; prefix caching and
+    # chunked prefill are vLLM's defaults today, named so that a version that changes them
+    # cannot quietly take them away from agent traffic (long shared prefixes).
+    "cuda": (
+        "--max-num-seqs", "{max_num_seqs}",
+        "--max-model-len", "{max_model_len}",
+        "--gpu-memory-utilization", "{gpu_memory_utilization}",
+        "--enable-prefix-caching",
+        "--enable-chunked-prefill",
+    ),
+}
 
 LADDER: tuple[Profile, ...] = (
     Profile(
@@ -283,9 +404,11 @@ PRESETS: dict[str, Profile] = {
         Profile("vllm-defaults", "vLLM's own defaults for the model"),
         Profile(
             "default",
-            "embedded default: eager start (~26 s on CPU), 8k context",
-            args=("--enforce-eager",),
+            "the platform's baseline: eager start on the CPU engine (26 s instead of 109 s); "
+            "on CUDA compiled graphs, batch, context and memory share sized for this GPU and "
+            "the configured sessions, prefix caching and chunked prefill on",
             parent="vllm-defaults",
+            platform_args=tuple(PLATFORM_BASELINE.items()),
         ),
         Profile(
             "compiled",

@@ -6,6 +6,11 @@
   after a grace period; the shim asks the kernel to kill it if the app dies.
 - Caches, temp files and sockets stay under the app's data dir.
 - Errors the user can act on are :class:`EngineStartError` with the last log lines.
+- The profile's flags are resolved for the engine's platform; on CUDA its sized values
+  (batch, context, memory share) come from the model's config and the GPU's free memory,
+  read once before the start (``core/engine_sizing.py``).
+- The user's own ``VLLM_*`` variables reach the engine, except where the app or the profile
+  sets the same one; the engine log says which value won.
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ from psygnal import Signal
 from workstation.config import Settings
 from workstation.core.endpoints import Endpoint
 from workstation.core.errors import UserError
-from workstation.core.profiles import PRESETS, Profile, apply_changes, effective
+from workstation.core.engine_sizing import GpuMemory, ModelShape, Sizing, SizingError, size_engine
+from workstation.core.profiles import PRESETS, Profile, apply_changes, effective, split_flags
 from workstation.engine.environment import EngineInstall
 from workstation.engine.flags import validate_args
 from workstation.engine.models import ModelSpec
@@ -39,6 +45,16 @@ log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 2000
 GIB = 1 << 30
+
+# vLLM's tool-call parser per model family (config.json ``model_type``). The built-in models
+# use hermes with the app's own chat template; a family not listed gets no native tool calls
+# (the agent then uses its text protocol) unless ``engine.tool_call_parser`` names one.
+TOOL_CALL_PARSERS: dict[str, str] = {
+    "qwen2": "hermes", "qwen2_moe": "hermes", "qwen3": "hermes", "qwen3_moe": "hermes",
+    "llama": "llama3_json", "mistral": "mistral", "granite": "granite",
+}
+# Variables the launcher itself owns: a user's value for these never reaches the engine.
+_APP_OWNED_ENV = ("VLLM_API_KEY", "VLLM_CACHE_ROOT", "VLLM_NO_USAGE_STATS", "VLLM_TARGET_DEVICE")
 
 
 class EngineState(str, Enum):
@@ -82,6 +98,15 @@ def cpu_kv_cache_bytes(requested_gib: float | None) -> int:
     return max(size, 512 << 20)
 
 
+def _env_note(name: str, users: str, final: str | None) -> str:
+    """One line for the engine log: whose value of a ``VLLM_*`` variable the engine got."""
+    if final == users:
+        return f"{name}={users!r} from your environment"
+    owner = "the app's own value" if name in _APP_OWNED_ENV else f"the profile's {final!r}"
+    shown = "" if "KEY" in name or "TOKEN" in name else f" ({users!r})"
+    return f"{name}: {owner} wins over yours{shown}"
+
+
 class EngineLauncher:
     """One managed vLLM server. ``await start()``, use ``.endpoint``, ``await stop()``."""
 
@@ -99,7 +124,12 @@ class EngineLauncher:
         extra_args: list[str] | None = None,
         port: int | None = None,
         env: dict[str, str] | None = None,
+        gpu_memory: Callable[[], list[GpuMemory]] | None = None,
+        sessions: int | None = None,
     ) -> None:
+        """``gpu_memory``: reads the engine's GPUs' memory before a CUDA start (default: one
+        NVML read); ``sessions``: how many sessions the sizing plans for (default: the fleet's
+        ``max_generating``)."""
         self.settings = settings
         self.engine = engine
         self.model = model
@@ -114,6 +144,12 @@ class EngineLauncher:
         self.extra_args = list(extra_args or settings.engine.extra_args)
         self.requested_port = port if port is not None else settings.engine.port
         self.extra_env = dict(env or {})
+        self.sessions = sessions if sessions is not None else settings.fleet.max_generating
+        self._gpu_memory = gpu_memory
+        self.sizing: Sizing | None = None
+        """What the last start sized (CUDA only)."""
+        self.env_notes: list[str] = []
+        """Which value won where the user's environment and the profile name the same variable."""
         self.state = EngineState.STOPPED
         self.log_tail: collections.deque[str] = collections.deque(maxlen=LOG_TAIL_LINES)
         self.port: int | None = None
@@ -134,7 +170,7 @@ class EngineLauncher:
             model=self.model.served_name,
             name=f"managed:{self.model.served_name}",
             managed=True,
-            native_tools=True,
+            native_tools=self.tool_call_parser() is not None,
         )
 
     @property
@@ -145,9 +181,45 @@ class EngineLauncher:
     def log_path(self) -> Path:
         return self.log_dir / "engine.log"
 
+    def tool_call_parser(self) -> str | None:
+        """vLLM's tool-call parser for this model (None: no native tool calls)."""
+        chosen = self.settings.engine.tool_call_parser
+        if chosen:
+            return None if chosen == "none" else chosen
+        if self.model.builtin:
+            return "hermes"  # our chat template renders `tools`; hermes parses <tool_call> blocks
+        config = self.model.config_json or {}
+        return TOOL_CALL_PARSERS.get(str(config.get("model_type", "")))
+
+    def size(self) -> Sizing | None:
+        """Batch, context and memory share for this model on the engine's GPUs (CUDA only).
+
+        Raises EngineStartError when the model cannot fit in what is free."""
+        if self.engine.platform != "cuda":
+            return None
+        args, _ = effective(self.profile, PRESETS, platform="cuda")
+        tp_values = split_flags(apply_changes(args, self.extra_args)).get("--tensor-parallel-size") \
+            or split_flags(apply_changes(args, self.extra_args)).get("-tp")
+        tp = int(tp_values[0]) if tp_values and tp_values[0].isdigit() else 1
+        if self._gpu_memory is None:
+            from workstation.engine.gpu_memory import read_gpu_memory
+
+            gpus = read_gpu_memory()
+        else:
+            gpus = self._gpu_memory()
+        weights = None
+        if self.model.local_dir is not None:
+            weights = sum(f.stat().st_size for f in self.model.local_dir.glob("*.safetensors")) or None
+        shape = ModelShape.from_config(self.model.config_json, weight_bytes=weights)
+        try:
+            return size_engine(shape, gpus[:tp], sessions=self.sessions, model_max_len=self.model.max_model_len)
+        except SizingError as exc:
+            raise EngineStartError(str(exc), hint="stop what else uses the GPU, or serve a smaller model") from None
+
     def command(self) -> list[str]:
         """The full argv of ``vllm serve`` for this launch (without the key)."""
-        profile_args, _ = effective(self.profile, PRESETS)
+        values = self.sizing.values() if self.sizing is not None else {}
+        profile_args, _ = effective(self.profile, PRESETS, platform=self.engine.platform, values=values)
         base = [
             "--served-model-name", self.model.served_name,
             "--host", self.settings.engine.host,
@@ -155,9 +227,9 @@ class EngineLauncher:
         ]
         if self.model.max_model_len:
             base += ["--max-model-len", str(self.model.max_model_len)]
-        if self.model.builtin:
-            # Our chat template renders `tools`; hermes parses <tool_call> blocks.
-            base += ["--enable-auto-tool-choice", "--tool-call-parser", "hermes"]
+        parser = self.tool_call_parser()
+        if parser is not None:
+            base += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
         if self.engine.platform == "cpu":
             base += ["--kv-cache-memory-bytes", str(cpu_kv_cache_bytes(self.settings.engine.kv_cache_gib))]
         args = apply_changes(apply_changes(base, profile_args), self.extra_args)
@@ -167,7 +239,9 @@ class EngineLauncher:
         data = self.settings.data_dir
         tmp = self.settings.engine_dir / "tmp"
         tmp.mkdir(parents=True, exist_ok=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "WORKSTATION_TEST"))}
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith("WORKSTATION_TEST") and k not in _APP_OWNED_ENV}
+        users_vllm = {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}
         env.update(
             VLLM_API_KEY=self._api_key,
             VLLM_CACHE_ROOT=str(self.settings.engine_dir / "cache"),
@@ -181,13 +255,15 @@ class EngineLauncher:
         )
         if self.engine.platform == "cpu":
             env["VLLM_TARGET_DEVICE"] = "cpu"
-            env.pop("VLLM_CPU_KVCACHE_SPACE", None)  # empty value crashes the worker
+            if not env.get("VLLM_CPU_KVCACHE_SPACE", "x").strip():
+                env.pop("VLLM_CPU_KVCACHE_SPACE")  # an empty value crashes the worker
             iomp = self.engine.iomp_library()
             if iomp is not None:
                 env["LD_PRELOAD"] = ":".join(filter(None, [str(iomp), env.get("LD_PRELOAD", "")]))
-        _, profile_env = effective(self.profile, PRESETS)
+        _, profile_env = effective(self.profile, PRESETS, platform=self.engine.platform)
         env.update(profile_env)
         env.update(self.extra_env)
+        self.env_notes = [_env_note(k, v, env.get(k)) for k, v in sorted(users_vllm.items())]
         return env
 
     async def start(self, progress: Callable[[str], None] | None = None) -> Endpoint:
@@ -205,6 +281,7 @@ class EngineLauncher:
         else:
             self.port = free_port(host)
         self._api_key = secrets.token_urlsafe(24)
+        self.sizing = self.size()
         argv = self.command()
         self._validate(argv)
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -212,13 +289,21 @@ class EngineLauncher:
         self._log_file = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115
         self._log_file.write(f"\n===== start {time.strftime('%Y-%m-%d %H:%M:%S')} profile={self.profile.name}\n")
         self._log_file.write(" ".join(argv) + "\n")
+        env = self.environment()
+        if self.sizing is not None:
+            for note in self.sizing.notes:
+                self._log_file.write(f"sizing: {note}\n")
+                say(f"  sizing: {note}")
+        for note in self.env_notes:
+            self._log_file.write(f"environment: {note}\n")
+            say(f"  environment: {note}")
         self._set_state(EngineState.STARTING, f"starting {self.model.served_name} on port {self.port}")
         say(f"starting vLLM ({self.engine.platform}, {self.engine.version}) with {self.model.served_name}, profile '{self.profile.name}'")
         t0 = time.monotonic()
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                stdin=asyncio.subprocess.DEVNULL, env=self.environment(), start_new_session=True,
+                stdin=asyncio.subprocess.DEVNULL, env=env, start_new_session=True,
             )
         except OSError as exc:
             self._set_state(EngineState.FAILED, str(exc))

@@ -1,0 +1,66 @@
+import pytest
+
+from workstation.core.engine_sizing import GIB, GpuMemory, ModelShape, SizingError, batch_for, size_engine
+
+SMOLLM2 = {  # config.json of SmolLM2-135M-Instruct as the app prepares it
+    "model_type": "llama", "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+    "hidden_size": 576, "max_position_embeddings": 8192, "torch_dtype": "bfloat16",
+}
+H200 = GpuMemory(0, "NVIDIA H200", total_bytes=150_754_820_096, free_bytes=150_000_000_000)
+
+
+def test_kv_bytes_per_token_from_the_config():
+    shape = ModelShape.from_config(SMOLLM2, weight_bytes=269_000_000)
+    # 2 (K and V) x 30 layers x 3 KV heads x 64 head dims x 2 bytes
+    assert shape.kv_bytes_per_token == 23_040
+    assert shape.max_position_embeddings == 8192
+    hybrid = {**SMOLLM2, "hybrid_override_pattern": "M-M-M*-M-M*-"}
+    assert ModelShape.from_config(hybrid).kv_bytes_per_token == 2 * 2 * 3 * 64 * 2
+    assert ModelShape.from_config(None).kv_bytes_per_token is None
+
+
+def test_batch_is_twice_the_sessions_as_a_power_of_two():
+    assert [batch_for(n) for n in (1, 8, 32, 33, 256, 5000)] == [16, 16, 64, 128, 512, 1024]
+
+
+def test_a_big_free_gpu_keeps_the_models_window_and_vllms_memory_share():
+    sizing = size_engine(ModelShape.from_config(SMOLLM2, weight_bytes=269_000_000), [H200], sessions=32,
+                         model_max_len=8192)
+    assert sizing.values() == {"max_num_seqs": "64", "max_model_len": "8192", "gpu_memory_utilization": "0.90"}
+    assert sizing.kv_tokens > 5_000_000 and not sizing.notes
+
+
+def test_memory_in_use_lowers_the_share_and_says_so():
+    busy = GpuMemory(0, "NVIDIA H200", total_bytes=H200.total_bytes, free_bytes=60 * GIB)
+    sizing = size_engine(ModelShape.from_config(SMOLLM2), [busy], sessions=32)
+    assert sizing.gpu_memory_utilization == pytest.approx((60 - 1) / (H200.total_bytes / GIB), abs=0.01)
+    assert sizing.gpu_memory_utilization * H200.total_bytes <= busy.free_bytes
+    assert "already in use" in sizing.notes[0]
+
+
+def test_a_context_that_cannot_hold_every_session_is_shortened_to_one_that_can():
+    big = {**SMOLLM2, "num_hidden_layers": 80, "num_key_value_heads": 8, "hidden_size": 8192,
+           "num_attention_heads": 64, "max_position_embeddings": 131072}
+    sizing = size_engine(ModelShape.from_config(big, weight_bytes=70 * GIB), [H200], sessions=32)
+    per_token = 2 * 80 * 8 * 128 * 2
+    assert sizing.max_model_len < 131072
+    assert sizing.max_model_len * 32 * per_token <= sizing.kv_tokens * per_token
+    assert sizing.max_model_len % 256 == 0 and "holds 32 sessions" in sizing.notes[-1]
+
+
+def test_tensor_parallel_splits_the_weights_and_adds_the_caches():
+    shape = ModelShape.from_config(SMOLLM2, weight_bytes=100 * GIB)
+    one = size_engine(shape, [H200], sessions=32)
+    two = size_engine(shape, [H200, GpuMemory(1, "NVIDIA H200", H200.total_bytes, H200.free_bytes)], sessions=32)
+    assert two.kv_tokens > 2 * one.kv_tokens
+
+
+def test_no_gpu_facts_size_only_the_batch():
+    sizing = size_engine(ModelShape.from_config(SMOLLM2), [], sessions=32, model_max_len=8192)
+    assert sizing.values() == {"max_num_seqs": "64", "max_model_len": "8192"}
+
+
+def test_a_model_that_does_not_fit_is_refused_in_words():
+    tiny_free = GpuMemory(0, "NVIDIA H200", total_bytes=H200.total_bytes, free_bytes=4 * GIB)
+    with pytest.raises(SizingError, match="GiB free"):
+        size_engine(ModelShape.from_config(SMOLLM2, weight_bytes=20 * GIB), [tiny_free], sessions=32)

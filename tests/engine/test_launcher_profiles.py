@@ -1,0 +1,105 @@
+"""The launcher's argv and environment per platform (no engine is started)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from workstation.config import Settings
+from workstation.core.engine_sizing import GIB, GpuMemory
+from workstation.core.profiles import split_flags
+from workstation.engine.environment import EngineInstall
+from workstation.engine.launcher import EngineLauncher, EngineStartError
+from workstation.engine.models import ModelSpec
+
+SMOLLM2 = {"model_type": "llama", "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
+           "hidden_size": 576, "max_position_embeddings": 8192, "torch_dtype": "bfloat16"}
+H200 = GpuMemory(0, "NVIDIA H200", total_bytes=150_754_820_096, free_bytes=150_000_000_000)
+
+
+def _model(tmp_path: Path, config: dict, *, builtin: bool = True) -> ModelSpec:
+    d = tmp_path / "model"
+    d.mkdir(exist_ok=True)
+    (d / "config.json").write_text(json.dumps(config))
+    (d / "model.safetensors").write_bytes(b"\0" * 1024)
+    return ModelSpec(served_name="smollm2", source=str(d), local_dir=d, max_model_len=8192 if builtin else None,
+                     builtin=builtin)
+
+
+def _launcher(tmp_path, platform, profile="default", gpus=(H200,), config=SMOLLM2, builtin=True, **kw):
+    settings = Settings(data_dir=tmp_path / "data")
+    engine = EngineInstall(python=Path("/nonexistent/python"), platform=platform, version="0.26.0", managed=False)
+    return EngineLauncher(settings, engine, _model(tmp_path, config, builtin=builtin), profile=profile,
+                          gpu_memory=lambda: list(gpus), **kw)
+
+
+def _flags(launcher: EngineLauncher) -> dict[str, list[str]]:
+    launcher.sizing = launcher.size()
+    argv = launcher.command()
+    return split_flags(argv[argv.index("serve") + 2:])
+
+
+def test_cuda_default_is_compiled_and_sized_for_the_gpu_and_the_sessions(tmp_path):
+    flags = _flags(_launcher(tmp_path, "cuda"))
+    assert "--enforce-eager" not in flags
+    assert flags["--max-num-seqs"] == ["64"]  # 32 sessions by default
+    assert flags["--max-model-len"] == ["8192"]
+    assert flags["--gpu-memory-utilization"] == ["0.90"]
+    assert "--enable-prefix-caching" in flags and "--enable-chunked-prefill" in flags
+    assert flags["--tool-call-parser"] == ["hermes"]
+    assert "--kv-cache-memory-bytes" not in flags
+
+
+def test_cpu_default_stays_eager_with_a_sized_kv_cache(tmp_path):
+    flags = _flags(_launcher(tmp_path, "cpu"))
+    assert "--enforce-eager" in flags and "--kv-cache-memory-bytes" in flags
+    assert "--gpu-memory-utilization" not in flags and "--max-num-seqs" not in flags
+
+
+def test_vllm_defaults_add_nothing_sized(tmp_path):
+    flags = _flags(_launcher(tmp_path, "cuda", profile="vllm-defaults"))
+    assert not {"--max-num-seqs", "--gpu-memory-utilization", "--enforce-eager"} & set(flags)
+
+
+def test_sessions_and_busy_memory_change_the_sizing(tmp_path):
+    busy = GpuMemory(0, "NVIDIA H200", H200.total_bytes, 40 * GIB)
+    flags = _flags(_launcher(tmp_path, "cuda", gpus=(busy,), sessions=256))
+    assert flags["--max-num-seqs"] == ["512"]
+    assert float(flags["--gpu-memory-utilization"][0]) * H200.total_bytes < 40 * GIB
+
+
+def test_no_gpu_facts_leave_memory_and_context_to_vllm(tmp_path):
+    flags = _flags(_launcher(tmp_path, "cuda", gpus=()))
+    assert "--gpu-memory-utilization" not in flags and flags["--max-num-seqs"] == ["64"]
+
+
+def test_a_model_that_does_not_fit_is_refused_before_launch(tmp_path):
+    busy = GpuMemory(0, "NVIDIA H200", H200.total_bytes, 2 * GIB)
+    with pytest.raises(EngineStartError, match="GiB free"):
+        _launcher(tmp_path, "cuda", gpus=(busy,)).size()
+
+
+def test_tool_call_parser_follows_the_model_family_and_the_setting(tmp_path):
+    qwen = {**SMOLLM2, "model_type": "qwen2"}
+    assert _launcher(tmp_path, "cuda", config=qwen, builtin=False).tool_call_parser() == "hermes"
+    other = _launcher(tmp_path, "cuda", config={**SMOLLM2, "model_type": "gpt_bigcode"}, builtin=False)
+    assert other.tool_call_parser() is None and "--tool-call-parser" not in _flags(other)
+    off = _launcher(tmp_path, "cuda")
+    off.settings.engine.tool_call_parser = "none"
+    assert "--enable-auto-tool-choice" not in _flags(off)
+
+
+def test_users_vllm_variables_reach_the_engine_unless_the_app_or_profile_sets_them(tmp_path, monkeypatch):
+    monkeypatch.setenv("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    monkeypatch.setenv("VLLM_API_KEY", "users-own-key")
+    monkeypatch.setenv("VLLM_LOGGING_LEVEL", "DEBUG")
+    launcher = _launcher(tmp_path, "cuda", env={"VLLM_LOGGING_LEVEL": "INFO"})
+    launcher._api_key = "launch-key"
+    env = launcher.environment()
+    assert env["VLLM_USE_FLASHINFER_SAMPLER"] == "0"
+    assert env["VLLM_API_KEY"] == "launch-key"
+    assert env["VLLM_LOGGING_LEVEL"] == "INFO"
+    notes = "\n".join(launcher.env_notes)
+    assert "VLLM_USE_FLASHINFER_SAMPLER='0' from your environment" in notes
+    assert "VLLM_API_KEY: the app's own value wins over yours" in notes and "users-own-key" not in notes
+    assert "VLLM_LOGGING_LEVEL: the profile's 'INFO' wins over yours ('DEBUG')" in notes

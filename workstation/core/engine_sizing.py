@@ -1,0 +1,162 @@
+"""How big the engine's batch, context and memory share should be, from the model and the GPU.
+
+Pure arithmetic; the inputs come in as data (the model's ``config.json``, its weight files'
+size, what the driver says is free, how many sessions the user runs). The launcher turns the
+result into ``--max-num-seqs``, ``--max-model-len`` and ``--gpu-memory-utilization`` for the
+profiles that ask for them (see ``core/profiles.py``).
+
+The rules, each with its reason:
+
+- **Memory share**: vLLM takes ``gpu_memory_utilization × total`` and refuses to start when
+  that is more than is free. We take 90 % (vLLM's own default) unless something else already
+  holds memory on the card, then what is free less 1 GiB of margin, so a second engine or a
+  desktop session never makes the start fail.
+- **Context**: the model's own window, unless the KV cache that fits cannot hold every
+  session at that length at once; then the longest length that can (whole 256-token blocks,
+  never below 4,096 or the model's window if smaller). An agent fleet keeps every session's
+  history resident; a context no session can fill only shrinks the prefix cache.
+- **Batch**: twice the sessions, as a power of two in [16, 1024]. Each session has one request
+  in flight; the rest is room for the meters' probes, a benchmark or a human in another
+  client. vLLM sizes its CUDA-graph captures from this, so a batch cap near the real
+  concurrency also makes the start shorter than vLLM's default of 1,024 on a large GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+GIB = 1 << 30
+DEFAULT_UTILIZATION = 0.90
+FREE_MARGIN_BYTES = 1 * GIB
+ACTIVATION_RESERVE_BYTES = 3 * GIB
+"""Peak activations, CUDA graphs and the CUDA context: what vLLM's profiling run usually
+finds for small and mid-size models (measured 2.1-2.6 GiB for SmolLM2 on an H200)."""
+MIN_CONTEXT = 4096
+BLOCK_TOKENS = 256
+_DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "fp8": 1, "float8_e4m3fn": 1}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMemory:
+    """One visible GPU, as the driver reports it."""
+
+    index: int
+    name: str
+    total_bytes: int
+    free_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """What sizing needs of a model (``None`` where its config does not say)."""
+
+    kv_bytes_per_token: int | None
+    max_position_embeddings: int | None
+    weight_bytes: int | None
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None, *, weight_bytes: int | None = None) -> ModelShape:
+        if not config:
+            return cls(None, None, weight_bytes)
+        cfg = config.get("text_config") if isinstance(config.get("text_config"), Mapping) else config
+        layers = _int(cfg.get("num_hidden_layers"))
+        heads = _int(cfg.get("num_attention_heads"))
+        kv_heads = _int(cfg.get("num_key_value_heads")) or heads
+        head_dim = _int(cfg.get("head_dim"))
+        hidden = _int(cfg.get("hidden_size"))
+        if head_dim is None and hidden and heads:
+            head_dim = hidden // heads
+        attention_layers = _attention_layers(cfg, layers)
+        dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or config.get("torch_dtype") or "bfloat16")
+        dtype_bytes = _DTYPE_BYTES.get(dtype.replace("torch.", ""), 2)
+        kv = None
+        if attention_layers and kv_heads and head_dim:
+            kv = 2 * attention_layers * kv_heads * head_dim * dtype_bytes
+        return cls(kv, _int(cfg.get("max_position_embeddings")), weight_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Sizing:
+    """The sized flags' values (``values()`` fills a profile's placeholders) and why."""
+
+    max_num_seqs: int
+    max_model_len: int | None
+    gpu_memory_utilization: float | None
+    kv_tokens: int | None
+    notes: tuple[str, ...] = ()
+
+    def values(self) -> dict[str, str]:
+        out = {"max_num_seqs": str(self.max_num_seqs)}
+        if self.max_model_len is not None:
+            out["max_model_len"] = str(self.max_model_len)
+        if self.gpu_memory_utilization is not None:
+            out["gpu_memory_utilization"] = f"{self.gpu_memory_utilization:.2f}"
+        return out
+
+
+class SizingError(ValueError):
+    """The model cannot be served on this GPU at all (too little free memory)."""
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def _attention_layers(cfg: Mapping[str, Any], layers: int | None) -> int | None:
+    """Layers that keep a KV cache: all of them, unless the config marks Mamba/linear ones."""
+    pattern = cfg.get("hybrid_override_pattern")
+    if isinstance(pattern, str) and pattern:
+        return pattern.count("*") or None
+    for key in ("layer_types", "layers_block_type"):
+        kinds = cfg.get(key)
+        if isinstance(kinds, Sequence) and not isinstance(kinds, str) and kinds:
+            return sum(1 for k in kinds if "attention" in str(k).lower() and "linear" not in str(k).lower()) or None
+    return layers
+
+
+def batch_for(sessions: int) -> int:
+    """Twice the sessions, a power of two in [16, 1024]."""
+    want = max(1, sessions) * 2
+    return int(min(1024, max(16, 2 ** math.ceil(math.log2(want)))))
+
+
+def size_engine(model: ModelShape, gpus: Sequence[GpuMemory], *, sessions: int,
+                model_max_len: int | None = None) -> Sizing:
+    """Sizing for a CUDA engine on ``gpus`` (tensor-parallel across all of them when several).
+
+    ``model_max_len``: a cap the app already knows (the built-in models' 8k); otherwise the
+    model's ``max_position_embeddings``. Without GPU facts (no driver here, or a dry run)
+    only the batch is sized and vLLM keeps its own memory and context defaults."""
+    seqs = batch_for(sessions)
+    window = min(filter(None, (model_max_len, model.max_position_embeddings)), default=None)
+    if not gpus:
+        return Sizing(seqs, window, None, None, ("no GPU facts: memory share and context left to vLLM",))
+    total = min(g.total_bytes for g in gpus)
+    free = min(g.free_bytes for g in gpus)
+    notes: list[str] = []
+    util = DEFAULT_UTILIZATION
+    if free < util * total + FREE_MARGIN_BYTES / 2:
+        util = math.floor(100 * (free - FREE_MARGIN_BYTES) / total) / 100
+        notes.append(f"{(total - free) / GIB:.1f} GiB of {total / GIB:.0f} GiB already in use: "
+                     f"memory share {util:.2f} instead of {DEFAULT_UTILIZATION:.2f}")
+    weights = (model.weight_bytes or 0) / len(gpus)
+    budget = util * total - weights - ACTIVATION_RESERVE_BYTES
+    if util <= 0.05 or budget <= 0:
+        raise SizingError(
+            f"the GPU has {free / GIB:.1f} GiB free of {total / GIB:.0f} GiB; the model's weights "
+            f"({weights / GIB:.1f} GiB per GPU) and working memory do not fit"
+        )
+    if model.kv_bytes_per_token is None:
+        notes.append("KV cache size per token unknown (config.json incomplete): context left to vLLM")
+        return Sizing(seqs, window, util, None, tuple(notes))
+    kv_tokens = int(budget * len(gpus) // model.kv_bytes_per_token)
+    context = window
+    if window is not None and kv_tokens < window * max(1, sessions):
+        fit = kv_tokens // max(1, sessions)
+        context = max(min(window, MIN_CONTEXT), fit - fit % BLOCK_TOKENS)
+        notes.append(f"context {context:,} instead of {window:,}: the KV cache ({kv_tokens:,} tokens) "
+                     f"holds {sessions} sessions at that length")
+    return Sizing(seqs, context, util, kv_tokens, tuple(notes))
