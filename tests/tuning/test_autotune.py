@@ -31,7 +31,7 @@ def test_noise_and_decision_rule():
 
 
 def test_cpu_candidates_cover_the_knobs_that_exist_there():
-    base = list(flatten(PRESETS["default"], PRESETS).args)
+    base = list(flatten(PRESETS["default"], PRESETS, platform="cpu").args)
     cands = candidates_for("cpu", LLAMA, concurrency=8, base_args=base, kv_cache_bytes=1 << 30)
     flags = [next(iter(split_flags(list(c.args)))) for c in cands]
     assert flags == ["--max-num-batched-tokens", "--max-num-seqs", "--speculative-config", "--kv-cache-memory-bytes",

@@ -15,8 +15,10 @@ Candidates come from the platform and the model (:func:`candidates_for`):
   n-gram speculative decoding, KV cache size, streaming interval, compiled graphs;
 - CUDA, hybrid Mamba model with an MTP head: the report's ladder (MTP 3 + OMP 1, async
   scheduling, FlashInfer Mamba kernels, MTP 3 -> 1, FP16 SSM state) then batch limits;
-  other CUDA models: async scheduling, n-gram speculation, batch limits, performance mode.
-  (GPU paths: selection unit-tested, unverified on a GPU here.)
+  other CUDA models: what cuts host work per token first (stream interval, API servers,
+  n-gram drafts on the GPU), then prefill chunk, CUDA-graph sizes, fp8 KV cache, prefix hash,
+  async scheduling, batch limits, performance mode. On a GPU with room for several engines
+  :mod:`workstation.tuning.screening` measures them side by side instead of one after another.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import httpx
 from psygnal import Signal
 
 from workstation.config import Settings
-from workstation.core.profiles import Profile, apply_changes, describe_change, effective, split_flags
+from workstation.core.profiles import STAND_IN_VALUES, Profile, apply_changes, describe_change, effective, flatten, split_flags
 from workstation.core.traffic import TrafficShape
 from workstation.engine.environment import EngineInstall
 from workstation.engine.models import ModelSpec
@@ -108,16 +110,31 @@ def candidates_for(platform: str, traits: ModelTraits, *, concurrency: int, base
                          label="SSM state FP16 + stochastic rounding"),
         ]
     else:
+        # A small model on a big GPU is bound by host work per token and per step (measured on
+        # an H200 with SmolLM2: ~85 us of CPU per generated token at 11k tok/s), so what cuts
+        # host work comes first: fewer, larger stream events; more API server processes;
+        # n-gram drafts (agents re-emit code they just read; several tokens per step); then
+        # bigger prefill chunks for long agent prompts, CUDA graphs over mixed steps, the KV
+        # cache in fp8, a faster prefix hash, and async scheduling named (on by default in
+        # recent vLLM; explicit where an older one has it off).
         out += [
+            Candidate.of(["--stream-interval", "8"], label="stream interval 8"),
+            Candidate.of(["--api-server-count", "4"], label="4 API server processes"),
+            Candidate.of(["--speculative-config", _spec("ngram_gpu", 3, prompt_lookup_max=4, prompt_lookup_min=2)],
+                         label="n-gram speculation (GPU), 3 tokens"),
+            Candidate.of(["--max-num-batched-tokens", "16384"]),
+            Candidate.of(["--max-cudagraph-capture-size", "1024"], label="CUDA graphs up to 1,024 tokens"),
+            Candidate.of(["--kv-cache-dtype", "fp8"], label="fp8 KV cache"),
+            Candidate.of(["--prefix-caching-hash-algo", "xxhash"], label="prefix hash xxhash"),
             Candidate.of(["--async-scheduling"]),
-            Candidate.of(["--speculative-config", _spec("ngram", 3, prompt_lookup_max=4, prompt_lookup_min=2)],
-                         label="n-gram speculation, 3 tokens"),
         ]
     out += [
         Candidate.of(["--max-num-seqs", str(max(8, 2 ** math.ceil(math.log2(max(concurrency, 1)))))]),
         Candidate.of(["--max-num-batched-tokens", "16384"]),
         Candidate.of(["--performance-mode", "throughput"]),
     ]
+    seen: set[tuple[str, ...]] = set()
+    out = [c for c in out if not (c.args in seen or seen.add(c.args))]  # type: ignore[func-returns-value]
     if eager:
         out.insert(0, Candidate.of(["--no-enforce-eager"], label="CUDA graphs (no --enforce-eager)", slow_start=True))
     return out
@@ -262,7 +279,10 @@ class Autotuner:
         self.engine = engine
         self.model = model
         self.http = http
-        self.baseline = baseline
+        # trials are the baseline's flags plus one change: fold its platform's changes in first,
+        # or a change to a flag the platform sets (--max-num-seqs on CUDA) would be undone
+        self.baseline = flatten(baseline, {baseline.name: baseline}, platform=engine.platform) \
+            if baseline.platform_args else baseline
         self.workload = workload
         self.shape = shape
         self.traits = traits
@@ -310,7 +330,8 @@ class Autotuner:
 
     def _checked(self, profile: Profile) -> str | None:
         """Why this profile cannot run here (None: it can)."""
-        args, env = effective(profile, {profile.name: profile})
+        args, env = effective(profile, {profile.name: profile}, platform=self.engine.platform,
+                              values=STAND_IN_VALUES)
         problems = [f.message for f in check_profile(
             args, env, platform=self.engine.platform, engine_version=self.engine.version,
             help_flags=self.help_flags, traits=self.traits, profile_platforms=profile.platforms,

@@ -43,7 +43,7 @@ def bench_serve_argv(engine: EngineInstall, endpoint: Endpoint, workload: Worklo
         "--num-prompts", str(num_prompts), "--max-concurrency", str(workload.concurrency),
         "--request-rate", "inf" if workload.request_rate_per_s is None else str(workload.request_rate_per_s),
         "--ignore-eos", "--disable-tqdm", "--seed", str(workload.seed),
-        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
+        "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,95,99",
         "--save-result", "--result-dir", str(result_dir), "--result-filename", "result.json",
     ]
     goodput = []
@@ -60,7 +60,7 @@ def bench_serve_argv(engine: EngineInstall, endpoint: Endpoint, workload: Worklo
 
 def _latency(d: dict[str, Any], key: str) -> LatencyStats:
     return LatencyStats(p50_ms=d.get(f"p50_{key}_ms", d.get(f"median_{key}_ms")), p99_ms=d.get(f"p99_{key}_ms"),
-                        mean_ms=d.get(f"mean_{key}_ms"))
+                        mean_ms=d.get(f"mean_{key}_ms"), p95_ms=d.get(f"p95_{key}_ms"))
 
 
 def result_from_bench_json(d: dict[str, Any], workload: Workload, endpoint: Endpoint, slo: Slo) -> BenchResult:

@@ -23,6 +23,7 @@ from typing import Any
 
 from workstation.config import Settings
 from workstation.core.profiles import (
+    STAND_IN_VALUES,
     Profile,
     apply_changes,
     effective,
@@ -300,7 +301,7 @@ def check_resolved(
     max_model_len: int | None = None,
 ) -> CheckReport:
     """Check a profile with its ancestry folded in (pure; inputs as data)."""
-    args, env = effective(profile, catalogue)
+    args, env = effective(profile, catalogue, platform=platform, values=STAND_IN_VALUES)
     args = apply_changes(args, list(extra_args))
     findings = check_profile(
         args, env, platform=platform, engine_version=engine_version,

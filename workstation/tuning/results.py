@@ -28,13 +28,15 @@ class LatencyStats:
     p50_ms: float | None = None
     p99_ms: float | None = None
     mean_ms: float | None = None
+    p95_ms: float | None = None
+    """The tuner's latency guard reads this one (p99 of a 10-second window is a handful of requests)."""
 
     @classmethod
     def of_seconds(cls, values: Iterable[float]) -> LatencyStats:
         data = sorted(v * 1000.0 for v in values)
         if not data:
             return cls()
-        return cls(percentile(data, 50), percentile(data, 99), sum(data) / len(data))
+        return cls(percentile(data, 50), percentile(data, 99), sum(data) / len(data), percentile(data, 95))
 
     def short(self) -> str:
         if self.p50_ms is None:

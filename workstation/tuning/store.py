@@ -122,9 +122,9 @@ class TuningStore:
                 removed = True
         return removed
 
-    def resolve(self, name: str | Profile) -> tuple[Profile, dict[str, Profile]]:
+    def resolve(self, name: str | Profile, *, platform: str | None = None) -> tuple[Profile, dict[str, Profile]]:
         """A profile by name with its ancestry folded in (what the launcher runs), and the
-        catalogue it came from."""
+        catalogue it came from; with ``platform``, folded for that platform only."""
         catalogue = self.catalogue()
         if isinstance(name, Profile):
             catalogue[name.name] = name
@@ -134,7 +134,7 @@ class TuningStore:
                 raise UserError(f"unknown profile '{name}'", hint=f"known: {', '.join(catalogue)}")
             profile = catalogue[name]
         try:
-            return flatten(profile, catalogue), catalogue
+            return flatten(profile, catalogue, platform=platform), catalogue
         except ValueError as exc:
             raise UserError(f"profile '{profile.name}': {exc}") from None
 

@@ -1,0 +1,77 @@
+"""The side-by-side tuner's rules (no engine: measurements as data)."""
+
+from pathlib import Path
+
+import pytest
+
+from workstation.config import Settings
+from workstation.core.engine_sizing import GIB, GpuMemory
+from workstation.core.profiles import PRESETS, Profile, flatten, split_flags
+from workstation.engine.environment import EngineInstall
+from workstation.engine.models import ModelSpec
+from workstation.tuning.autotune import Candidate, candidates_for
+from workstation.tuning.checks import model_traits
+from workstation.tuning.results import BenchResult, LatencyStats, Slo, Workload
+from workstation.tuning.screening import Measured, ScreeningTuner, SideBySide, Trial
+
+LLAMA = model_traits("smollm2", {"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+H200 = GpuMemory(0, "NVIDIA H200", total_bytes=150_754_820_096, free_bytes=150_000_000_000)
+W = Workload(kind="synthetic", concurrency=4, input_len=512, output_len=512)
+
+
+def _result(tok_s: float, ttft_p95_ms: float) -> BenchResult:
+    return BenchResult(tool="loadgen", workload=W, profile="p", profile_args=(), profile_env=(), engine_version="0.26.0",
+                       platform="cuda", model="smollm2", hardware={}, duration_s=8, completed=10, failed=0, cut=0,
+                       output_tokens=1000, prompt_tokens=1000, output_tok_s=tok_s, total_tok_s=2 * tok_s,
+                       requests_per_s=1.0, ttft=LatencyStats(p50_ms=ttft_p95_ms / 2, p95_ms=ttft_p95_ms),
+                       tpot=LatencyStats(), itl=LatencyStats(), e2e=LatencyStats(), slo=Slo(), goodput_req_s=None,
+                       goodput_pct=None)
+
+
+def _measured(label: str, runs: list[float], ttft_p95: float = 100.0) -> Measured:
+    return Measured(Trial(label, Profile(label, "")), [_result(x, ttft_p95) for x in runs])
+
+
+def _tuner(tmp_path: Path) -> ScreeningTuner:
+    engine = EngineInstall(python=Path("python3"), platform="cuda", version="0.26.0", managed=False)
+    model = ModelSpec("smollm2", "smollm2", None, max_model_len=8192, builtin=True)
+    base = flatten(PRESETS["default"], PRESETS, platform="cuda")
+    return ScreeningTuner(Settings(data_dir=tmp_path), engine, model, None, base, traits=LLAMA,  # type: ignore[arg-type]
+                          help_flags=None, candidates=[], side=SideBySide(8 * GIB, 0.1), log_dir=tmp_path)
+
+
+def test_each_engine_gets_the_same_share_and_the_round_must_fit():
+    side = SideBySide.for_round(6, H200, 8 * GIB)
+    assert side.args() == ["--kv-cache-memory-bytes", str(8 * GIB), "--gpu-memory-utilization", "0.09"]
+    assert side.gpu_memory_utilization * H200.total_bytes >= 12 * GIB  # 8 GiB cache + 4 GiB working memory
+    with pytest.raises(ValueError, match="do not fit"):
+        SideBySide.for_round(12, H200, 8 * GIB)
+
+
+def test_a_gain_is_kept_above_twice_the_noise_and_within_the_ttft_guard(tmp_path):
+    tuner = _tuner(tmp_path)
+    base = _measured("base", [1000, 1010, 990])
+    assert tuner._verdict(base, _measured("fast", [1200, 1210, 1190]), 1.0)[1] is True
+    assert tuner._verdict(base, _measured("slightly", [1015, 1020, 1010]), 1.0)[1] is False
+    delta, kept, note = tuner._verdict(base, _measured("laggy", [1300, 1300, 1300], ttft_p95=150.0), 1.0)
+    assert delta == pytest.approx(30.0) and kept is False and "TTFT p95" in note
+
+
+def test_kept_changes_combine_with_the_bigger_gain_winning_a_shared_flag():
+    base = flatten(PRESETS["default"], PRESETS, platform="cuda")
+    kept = [(Candidate.of(["--max-num-batched-tokens", "16384"]), 12.0),
+            (Candidate.of(["--stream-interval", "8"]), 30.0),
+            (Candidate.of(["--max-num-batched-tokens", "32768"]), 5.0)]
+    combined = split_flags(list(ScreeningTuner.combine(base, kept).args))
+    assert combined["--stream-interval"] == ["8"]
+    assert combined["--max-num-batched-tokens"] == ["16384"]
+    assert combined["--max-num-seqs"] == ["{max_num_seqs}"]  # the baseline's sized flags stay for the launcher
+
+
+def test_cuda_candidates_lead_with_what_cuts_host_work_and_have_no_duplicates():
+    base = list(flatten(PRESETS["default"], PRESETS, platform="cuda").args)
+    cands = candidates_for("cuda", LLAMA, concurrency=32, base_args=base)
+    flags = [next(iter(split_flags(list(c.args)))) for c in cands]
+    assert flags[:4] == ["--stream-interval", "--api-server-count", "--speculative-config", "--max-num-batched-tokens"]
+    assert len({c.args for c in cands}) == len(cands)
+    assert "--enforce-eager" not in base and "--no-enforce-eager" not in flags  # the GPU default is not eager
