@@ -89,7 +89,9 @@ def delta(after, before, key: str) -> float | None:  # type: ignore[no-untyped-d
     return None if a is None or b is None else a - b
 
 
-async def run(args: argparse.Namespace, endpoint: Endpoint) -> dict:
+async def run(args: argparse.Namespace, endpoint: Endpoint, observe=None) -> dict:  # type: ignore[no-untyped-def]
+    """``observe``: an object with ``async attach(fleet)`` / ``async detach()`` (the GPU suite
+    records the fleet's traffic shape with it)."""
     work = Path(tempfile.mkdtemp(prefix="ws-fleet-run-"))
     repo, data = work / "repo", work / "data"
     make_repo(repo)
@@ -108,6 +110,8 @@ async def run(args: argparse.Namespace, endpoint: Endpoint) -> dict:
                       agent_factory=real_agent_factory(http))
         fleet.agent_event.connect(on_agent)
         await fleet.start()
+        if observe is not None:
+            await observe.attach(fleet)
         gc.collect()
         rss0 = proc.memory_info().rss
         made = []
@@ -137,6 +141,8 @@ async def run(args: argparse.Namespace, endpoint: Endpoint) -> dict:
         fds_pooled = proc.num_fds() - fds0
         children = len(proc.children(recursive=True))
         peak = fleet.gate.peak_generating
+        if observe is not None:
+            await observe.detach()
         await fleet.aclose()
     fds_added = proc.num_fds() - fds0  # after the fleet and the HTTP client are closed
     if not args.keep:

@@ -1,0 +1,477 @@
+"""The GPU suite: the app's own code paths on a real GPU, one JSON file of results.
+
+    benchmarks/gpu/remote.sh suite --part bench --out DIR     # engine_bench x2, meters, fleet
+    benchmarks/gpu/remote.sh suite --part tune --out DIR      # the tuner, side by side
+    python benchmarks/gpu/suite.py --part bench --dry-run     # here, on the CPU engine (a rehearsal)
+
+Parts (each fits one device call of at most ten minutes; ``--budget-s`` bounds it):
+
+- ``bench``: ``engine_bench`` streams (1 and 16 at a time, five repeats, medians) for the
+  app's ``default`` profile and for ``vllm-defaults``, each on an engine the app's launcher
+  starts alone on the GPU; on the ``default`` engine also ``nvml_vs_smi`` with the engine under
+  load as the GPU's user (its processes attributed through the process tree),
+  ``meter_vs_bench`` (the app's throughput meter against ``vllm bench serve``), and
+  ``fleet_run`` with 32 real agent sessions whose traffic shape is captured for the tuner.
+- ``tune``: the screening tuner (``workstation/tuning/screening.py``) from the ``default``
+  profile, ``vllm-defaults`` measured alongside, on the captured agent shape and on Cline's
+  report's 512/512 x 256, then each shape's kept changes confirmed together while the budget
+  allows.
+
+Results accumulate in ``<data dir>/gpu-results.json`` (the machine keeps it between calls) and
+are copied to ``--out`` with the engines' log tails. ``--dry-run`` shrinks every size so the
+whole path runs on the CPU engine here in a few minutes (no NVML part there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import os
+import platform
+import shutil
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+BENCH = Path(__file__).resolve().parents[1]
+REPO = BENCH.parent
+sys.path.insert(0, str(REPO))
+
+from workstation.config import load_settings  # noqa: E402
+from workstation.core.profiles import PRESETS, effective, flatten  # noqa: E402
+from workstation.engine.chat_client import ChatClient  # noqa: E402
+from workstation.engine.environment import require_engine  # noqa: E402
+from workstation.engine.gpu_memory import read_gpu_memory  # noqa: E402
+from workstation.engine.http import make_http_client  # noqa: E402
+from workstation.engine.launcher import EngineLauncher  # noqa: E402
+from workstation.engine.models import resolve_model  # noqa: E402
+
+GIB = 1 << 30
+CLINE = {"input_len": 512, "output_len": 512, "concurrency": 256}
+
+
+def _load(name: str) -> ModuleType:
+    """One of the project's benchmarks as a module (they live outside the package)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    assert spec and spec.loader
+    if spec.name in sys.modules:
+        return sys.modules[spec.name]
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class Results:
+    """The one JSON file, merged part by part."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.data: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
+
+    def put(self, key: str, value: Any) -> None:
+        self.data[key] = value
+        self.save()
+
+    def save(self) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, default=str) + "\n")
+        os.replace(tmp, self.path)
+
+
+# --------------------------------------------------------------------------- the machine
+def machine_facts(engine_version: str) -> dict[str, Any]:
+    from workstation.telemetry.nvml import GpuState, NvmlReader
+
+    reader = NvmlReader()
+    gpu: dict[str, Any] = {}
+    driver = None
+    if reader.open() is GpuState.OK:
+        snap = reader.read()
+        driver = snap.driver_version
+        devices = snap.devices
+        gpu = {"name": devices[0].name, "count": len(devices),
+               "memory_total_gib": round((devices[0].memory_total_bytes or 0) / GIB, 1)}
+        reader.close()
+    return {"date": time.strftime("%Y-%m-%d"), "gpu": gpu, "driver": driver, "vllm": engine_version,
+            "host": {"cpu_count": os.cpu_count(), "python": platform.python_version()}}
+
+
+# --------------------------------------------------------------------------- engine_bench
+async def stream_figures(http, endpoint, *, tokens: int, repeats: int) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    eb = _load("engine_bench")
+    client = ChatClient(http, endpoint)
+    await eb._throughput(client, 1, 16)  # warm-up
+    one = [await eb._throughput(client, 1, tokens) for _ in range(repeats)]
+    sixteen = [await eb._throughput(client, 16, tokens) for _ in range(repeats)]
+    return {
+        "stream1_tok_s": round(statistics.median(r["tok_s"] for r in one), 1),
+        "stream16_tok_s": round(statistics.median(r["tok_s"] for r in sixteen), 1),
+        "stream1_runs": [round(r["tok_s"], 1) for r in one],
+        "stream16_runs": [round(r["tok_s"], 1) for r in sixteen],
+        "stream1_ttft_s": round(statistics.median(r["ttft_s"] for r in one), 4),
+        "stream16_ttft_s": round(statistics.median(r["ttft_s"] for r in sixteen), 4),
+        "tokens_per_stream": tokens, "repeats": repeats,
+    }
+
+
+def launcher_facts(launcher: EngineLauncher) -> dict[str, Any]:
+    argv = launcher.command()
+    return {"start_s": round(launcher.started_s or 0, 1), "flags": argv[argv.index("serve") + 2:],
+            "sizing_notes": list(launcher.sizing.notes) if launcher.sizing else [],
+            "environment_notes": list(launcher.env_notes)}
+
+
+# --------------------------------------------------------------------------- nvml_vs_smi under the engine
+async def nvml_under_engine(http, launcher: EngineLauncher, seconds: float) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    from workstation.telemetry.nvml import GpuState, NvmlReader
+    from workstation.tuning.loadgen import LoadGenerator
+    from workstation.tuning.results import Workload
+
+    nv = _load("nvml_vs_smi")
+    reader = NvmlReader()
+    if reader.open() is not GpuState.OK:
+        return {"skipped": reader.message}
+    fields = nv.smi_fields()
+    idle = await asyncio.to_thread(nv.run_phase, "idle", reader, fields, 3.0, launcher.pid)
+    load = Workload(kind="synthetic", concurrency=64, input_len=256, output_len=256, duration_s=seconds + 6,
+                    warmup_s=0.0)
+    rows: list[dict] = []
+    done = threading.Event()
+
+    def compare() -> None:
+        time.sleep(3.0)  # let the load settle
+        rows.extend(nv.run_phase("engine load", reader, fields, seconds, launcher.pid))
+        done.set()
+
+    thread = threading.Thread(target=compare, name="nvml-compare")
+    thread.start()
+    result = await LoadGenerator(http, launcher.endpoint, load).run()
+    await asyncio.to_thread(thread.join)
+    reader.close()
+    summary = nv.summarize(idle + rows)
+    engine_pids = sorted({p for r in rows for g in r["gpus"].values() for p in g.get("engine_pids", [])})
+    all_pids = sorted({p for r in rows for g in r["gpus"].values() for p in g.get("pids", [])})
+    mem = [g.get("engine_memory_mib") for r in rows for g in r["gpus"].values() if g.get("engine_memory_mib")]
+    return {
+        "fields": {k: {"max_abs_diff": v["max_abs_diff"], "mean_abs_diff": v["mean_abs_diff"],
+                       "mean_nvml": v["mean_nvml"], "mean_smi": v["mean_smi"], "n": v["n"]} for k, v in summary.items()},
+        "attribution": {"engine_root_pid": launcher.pid, "engine_pids_seen": engine_pids, "gpu_pids_seen": all_pids,
+                        "all_gpu_processes_are_the_engines": bool(all_pids) and set(all_pids) <= set(engine_pids),
+                        "engine_memory_mib_max": max(mem) if mem else None},
+        "load": {"output_tok_s": round(result.output_tok_s, 1), "workload": load.describe()},
+        "seconds_compared": len(rows),
+    }
+
+
+# --------------------------------------------------------------------------- fleet + capture
+class ShapeCapture:
+    """Records a fleet's model traffic as a traffic shape (what the tuner replays)."""
+
+    def __init__(self, http, endpoint, name: str) -> None:  # type: ignore[no-untyped-def]
+        from workstation.tuning.capture import TrafficRecorder
+
+        self.recorder = TrafficRecorder(name, http=http, endpoint=endpoint)
+
+    async def attach(self, fleet) -> None:  # type: ignore[no-untyped-def]
+        self.recorder.attach_fleet(fleet)
+        await self.recorder.start()
+
+    async def detach(self) -> None:
+        await self.recorder.stop()
+        self.recorder.detach_all()
+
+    def shape(self):  # type: ignore[no-untyped-def]
+        from workstation.tuning.fleet_capture import estimate_common_prefix
+
+        self.recorder.common_prefix_tokens = estimate_common_prefix(self.recorder)
+        return self.recorder.shape()
+
+
+async def fleet_and_capture(http, endpoint, *, sessions: int, max_steps: int, timeout_s: float,
+                            store) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    fr = _load("fleet_run")
+    capture = ShapeCapture(http, endpoint, "gpu-fleet-32")
+    args = argparse.Namespace(sessions=sessions, max_steps=max_steps, temperature=None, timeout_s=timeout_s,
+                              keep=False)
+    result = await fr.run(args, endpoint, observe=capture)
+    shape = capture.shape()
+    store.save_shape(shape)
+    result["shape"] = {"name": shape.name, "summary": shape.summary_line(), "requests": shape.requests,
+                       "prompt_tokens_p50": shape.prompt_tokens.p50, "completion_tokens_p50": shape.completion_tokens.p50,
+                       "concurrency_p90": shape.concurrency_p90, "common_prefix_tokens": shape.common_prefix_tokens}
+    return result
+
+
+# --------------------------------------------------------------------------- parts
+async def part_bench(args: argparse.Namespace, results: Results, deadline: float) -> None:
+    from workstation.tuning.store import TuningStore
+
+    settings = load_settings()
+    engine = require_engine(settings)
+    model = resolve_model(settings, args.model)
+    results.data.update(machine_facts(engine.version))
+    results.save()
+    store = TuningStore(settings.data_dir / "tuning")
+    mvb = _load("meter_vs_bench")
+    tokens, repeats = (256, 5) if not args.dry_run else (32, 3)
+    bench: dict[str, Any] = results.data.get("engine_bench", {})
+    async with make_http_client() as http:
+        for profile in ("default", "vllm-defaults"):
+            launcher = EngineLauncher(settings, engine, model, profile=profile,
+                                      log_dir=settings.logs_dir / f"gpu-{profile}")
+            say(f"starting the engine with profile '{profile}'")
+            try:
+                await launcher.start(lambda m: say(f"  {m}"))
+                figures = {**await stream_figures(http, launcher.endpoint, tokens=tokens, repeats=repeats),
+                           **launcher_facts(launcher)}
+                bench[profile] = figures
+                results.put("engine_bench", bench)
+                say(f"  {profile}: 1 stream {figures['stream1_tok_s']} tok/s, 16 streams {figures['stream16_tok_s']} tok/s")
+                if profile != "default":
+                    continue
+                if not args.dry_run:
+                    say("nvml_vs_smi with the engine as the GPU's user")
+                    results.put("nvml_vs_smi", await nvml_under_engine(http, launcher, 12.0))
+                say("meter_vs_bench (the app's meter against vllm bench serve)")
+                ns = argparse.Namespace(
+                    base_url=launcher.endpoint.base_url, api_key=launcher.endpoint.api_key, model=model.served_name,
+                    engine_python=str(engine.python), tokenizer=str(model.local_dir),
+                    num_prompts=512 if not args.dry_run else 16, concurrency=64 if not args.dry_run else 4,
+                    input_len=256 if not args.dry_run else 64, output_len=256 if not args.dry_run else 32,
+                    interval=1.0, seed=0, timeout_s=240.0)
+                results.put("meter_vs_bench", await mvb.run(ns))
+                say(f"  meter vs bench: rel_error {results.data['meter_vs_bench'].get('rel_error')}")
+                say(f"fleet_run: {args.sessions} agent sessions, traffic shape captured")
+                fleet = await fleet_and_capture(http, launcher.endpoint, sessions=args.sessions,
+                                                max_steps=args.max_steps, timeout_s=min(240.0, deadline - time.monotonic() - 150),
+                                                store=store)
+                results.put("fleet_run", fleet)
+                say(f"  fleet: {fleet['generated_tok_s']} tok/s, prefix hits {fleet['prefix_hit_rate']}, "
+                    f"tool calls mean {fleet['tool_calls_mean']}")
+            finally:
+                await launcher.stop()
+        d, v = bench.get("default"), bench.get("vllm-defaults")
+        if d and v:
+            bench["default_vs_vllm_defaults"] = {k: round(d[k] / v[k], 3) for k in ("stream1_tok_s", "stream16_tok_s")}
+            results.put("engine_bench", bench)
+
+
+def tune_setup(args: argparse.Namespace, *, candidates: bool):  # type: ignore[no-untyped-def]
+    """What both tuning parts need: the engine, the model, the baseline and reference, the
+    candidates (or none), the side-by-side share, and the two workloads."""
+    from workstation.engine.environment import engine_help_text
+    from workstation.engine.flags import known_flags
+    from workstation.tuning.autotune import candidates_for
+    from workstation.tuning.checks import model_traits
+    from workstation.tuning.loadgen import workload_from_shape
+    from workstation.tuning.results import Workload
+    from workstation.tuning.screening import SideBySide
+    from workstation.tuning.store import TuningStore
+
+    settings = load_settings()
+    engine = require_engine(settings)
+    model = resolve_model(settings, args.model)
+    store = TuningStore(settings.data_dir / "tuning")
+    shape_name = args.shape or "gpu-fleet-32"
+    shape = store.load_shape(shape_name)
+    baseline = flatten(PRESETS["default"], PRESETS, platform=engine.platform)
+    reference = flatten(PRESETS["vllm-defaults"], PRESETS, platform=engine.platform)
+    traits = model_traits(model.served_name, model.config_json)
+    help_flags = known_flags(engine_help_text(engine, settings.cache_dir))
+    base_args, _ = effective(baseline, {}, platform=engine.platform)
+    cands = candidates_for(engine.platform, traits, concurrency=32, base_args=base_args)[: args.candidates] \
+        if candidates else []
+    gpus = read_gpu_memory()
+    engines = 2 + max(len(cands), 2)
+    if gpus:
+        side = SideBySide.for_round(engines, gpus[0], int(args.kv_gib * GIB))
+    else:  # the CPU rehearsal: small engines side by side
+        side = SideBySide(kv_cache_bytes=int(args.kv_gib * GIB), gpu_memory_utilization=0.1)
+    agent = workload_from_shape(shape, concurrency=32 if not args.dry_run else 4,
+                                duration_s=args.window_s, warmup_s=4.0)
+    cline = Workload(kind="synthetic", concurrency=CLINE["concurrency"] if not args.dry_run else 8,
+                     input_len=CLINE["input_len"] if not args.dry_run else 64,
+                     output_len=CLINE["output_len"] if not args.dry_run else 32,
+                     duration_s=args.window_s + 2, warmup_s=6.0)
+    tune_settings = settings
+    if engine.platform == "cpu":
+        from workstation.tuning.bench import tuning_settings
+
+        tune_settings = tuning_settings(settings, kv_cache_gib=args.kv_gib)
+    workloads = (("tune", f"captured agent shape '{shape_name}'", agent, shape),
+                 ("tune_cline", "Cline's 512/512 x 256", cline, None))
+    return (tune_settings, engine, model, store, baseline, reference, traits, help_flags, cands, side, gpus,
+            workloads, settings.logs_dir)
+
+
+def make_tuner(http, setup):  # type: ignore[no-untyped-def]
+    from workstation.tuning.screening import ScreeningTuner
+
+    (tune_settings, engine, model, store, baseline, reference, traits, help_flags, cands, side, gpus, _w,
+     logs) = setup
+    tuner = ScreeningTuner(tune_settings, engine, model, http, baseline, traits=traits, help_flags=help_flags,
+                           candidates=cands, side=side, references=[reference], store=store,
+                           log_dir=logs / "gpu-tune", gpu_memory=lambda: gpus)
+    tuner.progress.connect(say)
+    return tuner
+
+
+async def part_tune(args: argparse.Namespace, results: Results, deadline: float) -> None:
+    setup = await asyncio.to_thread(tune_setup, args, candidates=True)
+    cands, side, workloads = setup[8], setup[9], setup[11]
+    async with make_http_client() as http:
+        tuner = make_tuner(http, setup)
+        say(f"candidates: {', '.join(c.change for c in cands)}")
+        t0 = time.monotonic()
+        try:
+            try:
+                await tuner.start()
+            finally:
+                results.put("tune_engines", {
+                    "count": len(tuner.trials), "start_wall_s": round(time.monotonic() - t0, 1),
+                    "side_by_side": {"kv_cache_gib": args.kv_gib, "gpu_memory_utilization": side.gpu_memory_utilization},
+                    "starts": {t.label: t.start_s for t in tuner.trials},
+                    "errors": {t.label: t.error for t in tuner.trials if t.error}})
+            screenings = []
+            for key, name, workload, wshape in workloads:
+                if time.monotonic() + _round_s(tuner, workload) > deadline:
+                    say(f"no time left for {name}")
+                    continue
+                screening = await tuner.screen(name, workload, wshape)
+                screenings.append((key, screening))
+                results.put(key, tune_json(screening, tuner))
+                for line in screening.report.table():
+                    say(line)
+            for key, screening in screenings:
+                if len(screening.kept) > 1 and time.monotonic() + 90 + _round_s(tuner, screening.workload, 3) < deadline:
+                    await tuner.confirm(screening)
+                    results.put(key, tune_json(screening, tuner))
+        finally:
+            await tuner.close()
+
+
+async def part_confirm(args: argparse.Namespace, results: Results, deadline: float) -> None:
+    """Each shape's kept changes together, against the baseline and vllm-defaults (round 2 of a
+    ``tune`` part that ran out of time for it)."""
+    from workstation.tuning.autotune import Candidate, TuneReport
+    from workstation.tuning.screening import Screening
+
+    setup = await asyncio.to_thread(tune_setup, args, candidates=False)
+    workloads = setup[11]
+    todo = [(key, name, w, shape) for key, name, w, shape in workloads
+            if len((results.data.get(key) or {}).get("kept_changes", [])) > 1
+            and (results.data[key].get("detail") or {}).get("round") == 1]
+    if not todo:
+        say("nothing to confirm: no shape kept two or more changes")
+        return
+    async with make_http_client() as http:
+        tuner = make_tuner(http, setup)
+        try:
+            await tuner.start()
+            for key, name, workload, shape in todo:
+                if time.monotonic() + 120 + _round_s(tuner, workload, 3) > deadline:
+                    say(f"no time left to confirm {name}")
+                    continue
+                saved = results.data[key]
+                kept = [(Candidate(k["change"], tuple(k["args"]), tuple(k["env"].items())), k["gain_pct"])
+                        for k in saved["kept_changes"]]
+                report = TuneReport(workload=workload, noise_pct=saved["noise_pct"],
+                                    baseline_tok_s=saved["baseline"]["output_tok_s"],
+                                    best_tok_s=saved["best"]["output_tok_s"])
+                screening = Screening(name, workload, shape, report, [], kept, dict(saved["detail"]))
+                await tuner.confirm(screening)
+                confirmed = tune_json(screening, tuner)
+                confirmed["steps"] = saved["steps"] + confirmed["steps"]
+                results.put(key, confirmed)
+                for line in screening.report.table():
+                    say(line)
+        finally:
+            await tuner.close()
+
+
+def _round_s(tuner, workload, engines: int | None = None) -> float:  # type: ignore[no-untyped-def]
+    n = engines if engines is not None else sum(1 for t in tuner.trials if t.launcher is not None)
+    return n * tuner.repeats * (workload.duration_s + 2.5) + workload.warmup_s
+
+
+def tune_json(screening, tuner) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    report = screening.report
+    out = report.to_json()
+    outcome = screening.outcome
+    base, best = outcome.get("baseline", {}), outcome.get("best", {})
+    refs = outcome.get("references", [])
+    vd = next((r for r in refs if "vllm-defaults" in r["label"]), {})
+    return {
+        "name": screening.name, "workload": screening.workload.describe(), "round": outcome.get("round"),
+        "steps": out["steps"], "not_run": out["not_run"], "noise_pct": out["noise_pct"],
+        "kept": outcome.get("kept", []),
+        "kept_changes": [{"change": c.change, "args": list(c.args), "env": dict(c.env), "gain_pct": round(g, 2)}
+                         for c, g in screening.kept],
+        "baseline": {"output_tok_s": base.get("output_tok_s"), "ttft_p95_ms": base.get("ttft_p95_ms"),
+                     "profile": base.get("label")},
+        "best": {"output_tok_s": best.get("output_tok_s"), "ttft_p95_ms": best.get("ttft_p95_ms"),
+                 "profile": best.get("label"), "args": best.get("args")},
+        "vllm_defaults": {"output_tok_s": vd.get("output_tok_s"), "ttft_p95_ms": vd.get("ttft_p95_ms")},
+        "best_vs_vllm_defaults": screening.gain_over("reference (vllm-defaults"),
+        "detail": outcome,
+        "repeats": tuner.repeats, "ttft_guard_pct": tuner.ttft_guard_pct,
+    }
+
+
+def copy_out(results: Results, out: Path | None, settings_logs: Path) -> None:
+    if out is None:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(results.path, out / "gpu-results.json")
+    tails = []
+    for log in sorted(settings_logs.glob("gpu-*/**/engine.log")) + sorted(settings_logs.glob("gpu-*/engine.log")):
+        lines = log.read_text(errors="replace").splitlines()[-60:]
+        tails.append(f"===== {log.relative_to(settings_logs)}\n" + "\n".join(lines))
+    (out / "engine-log-tails.txt").write_text("\n\n".join(tails)[-4_000_000:])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--part", choices=["bench", "tune", "confirm"], required=True)
+    ap.add_argument("--out", type=Path, help="copy the results and log tails here (the device call's $OUT)")
+    ap.add_argument("--budget-s", type=float, default=560.0, help="stop starting new work after this long")
+    ap.add_argument("--model", default="smollm2")
+    ap.add_argument("--sessions", type=int, default=32)
+    ap.add_argument("--max-steps", type=int, default=8)
+    ap.add_argument("--shape", help="captured shape to tune for (default: the bench part's)")
+    ap.add_argument("--candidates", type=int, default=4, help="how many candidate changes (side by side)")
+    ap.add_argument("--kv-gib", type=float, default=8.0, help="KV cache of each side-by-side engine")
+    ap.add_argument("--window-s", type=float, default=8.0, help="measurement window per run")
+    ap.add_argument("--dry-run", action="store_true", help="a rehearsal on this machine's engine, sizes shrunk")
+    args = ap.parse_args()
+    if args.dry_run:
+        args.sessions, args.max_steps, args.candidates = min(args.sessions, 4), min(args.max_steps, 3), min(args.candidates, 1)
+        args.kv_gib, args.window_s = min(args.kv_gib, 0.5), min(args.window_s, 4.0)
+    settings = load_settings()
+    results = Results(settings.data_dir / "gpu-results.json")
+    deadline = time.monotonic() + args.budget_s
+    t0 = time.monotonic()
+    part = {"bench": part_bench, "tune": part_tune, "confirm": part_confirm}[args.part]
+    try:
+        asyncio.run(part(args, results, deadline))
+    finally:
+        results.data.setdefault("timings_s", {})[args.part] = round(time.monotonic() - t0, 1)
+        results.save()
+        copy_out(results, args.out, settings.logs_dir)
+    print(json.dumps({k: results.data.get(k) for k in ("gpu", "vllm", "timings_s")}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
