@@ -12,7 +12,8 @@ Run it here, where the package registries answer. It gathers, by name, with pip:
   (``image_packages.txt``), resolved from the wheels' own metadata for that target;
 - the embedded model's GGUF file (as ``workstation model prepare smollm2`` left it in the
   data dir), which the machine turns into the served model with the app's own converter;
-- bubblewrap's binary from Debian, so agents' commands run sandboxed there too.
+- bubblewrap's binary from Debian, so agents' commands run sandboxed there too, and git
+  (used there only where the image has none: the fleet's worktrees need it).
 
 All of it goes into one archive (the Python files xz-compressed), cut into parts so that each
 part plus the project's working tree fits one transfer (``--limit-mib``, 64 MiB by default).
@@ -254,19 +255,20 @@ def tree_bytes(root: Path) -> int:
     return total
 
 
-def fetch_bwrap(work: Path) -> Path | None:
-    """bubblewrap's binary from Debian (None where apt-get is not there)."""
+def fetch_debian(work: Path, package: str) -> Path | None:
+    """A Debian package unpacked under ``work`` (None where apt-get is not there)."""
     if shutil.which("apt-get") is None or shutil.which("dpkg") is None:
         return None
     debs = work / "debs"
     debs.mkdir(exist_ok=True)
-    out = subprocess.run(["apt-get", "download", "bubblewrap"], cwd=debs, capture_output=True, text=True)
-    deb = next(iter(debs.glob("bubblewrap_*.deb")), None)
+    out = subprocess.run(["apt-get", "download", package], cwd=debs, capture_output=True, text=True)
+    deb = next(iter(debs.glob(f"{package}_*.deb")), None)
     if out.returncode != 0 or deb is None:
-        _say(f"  no bubblewrap package: {out.stderr.strip()[-200:]}")
+        _say(f"  no {package} package: {out.stderr.strip()[-200:]}")
         return None
-    subprocess.run(["dpkg", "-x", str(deb), str(work / "bwrap-root")], check=True)
-    return work / "bwrap-root" / "usr" / "bin" / "bwrap"
+    root = work / f"{package}-root"
+    subprocess.run(["dpkg", "-x", str(deb), str(root)], check=True)
+    return root
 
 
 def sha256(path: Path) -> str:
@@ -298,9 +300,16 @@ def build(out: Path, *, limit_mib: int, gguf: Path, keep_work: bool = False) -> 
     with lzma.open(site_archive, "wb", preset=6) as xz, tarfile.open(fileobj=xz, mode="w") as tar:
         tar.add(site, arcname="site")
     shutil.copy2(gguf, bundle_dir / GGUF_NAME)
-    bwrap = fetch_bwrap(work)
+    bwrap_root = fetch_debian(work, "bubblewrap")
+    bwrap = bwrap_root / "usr" / "bin" / "bwrap" if bwrap_root else None
     if bwrap is not None:
         shutil.copy2(bwrap, bundle_dir / "bwrap")
+    # git, for machines whose image has none (the fleet's worktrees); used only where git is missing
+    git_root = fetch_debian(work, "git")
+    if git_root is not None:
+        with lzma.open(bundle_dir / "git.tar.xz", "wb", preset=6) as xz, tarfile.open(fileobj=xz, mode="w") as tar:
+            tar.add(git_root / "usr" / "bin" / "git", arcname="git/bin/git")
+            tar.add(git_root / "usr" / "lib" / "git-core", arcname="git/git-core")
     versions = {name: wheel_metadata(w)[1] for name, w in sorted(chosen.items())}
     (bundle_dir / "manifest.json").write_text(json.dumps({"vllm": VLLM_VERSION, "python": TARGET_PYTHON,
                                                           "distributions": versions}, indent=1))
@@ -325,7 +334,7 @@ def build(out: Path, *, limit_mib: int, gguf: Path, keep_work: bool = False) -> 
         "bundle_bytes": total, "bundle_sha256": sha256(bundle), "tree_bytes": tree, "limit_bytes": limit_mib * MIB,
         "parts": [{"name": p.name, "folder": f"p{p.index}", "bytes": p.size} for p in parts],
         "members": {item.name: item.stat().st_size for item in sorted(bundle_dir.iterdir())},
-        "distributions": versions, "bwrap": bwrap is not None,
+        "distributions": versions, "bwrap": bwrap is not None, "git": git_root is not None,
         "seconds": round(time.monotonic() - t0, 1),
     }
     (out / "plan.json").write_text(json.dumps(plan, indent=1) + "\n")

@@ -14,6 +14,9 @@ mkdir -p "$WS_GPU/parts"
 
 environment() {
   export PYTHONPATH="$WS_GPU/site:$REPO" PATH="$WS_GPU/bin:$PATH" PYTHONUNBUFFERED=1
+  if ! command -v git >/dev/null && [ -x "$WS_GPU/git/bin/git" ]; then
+    export PATH="$WS_GPU/git/bin:$PATH" GIT_EXEC_PATH="$WS_GPU/git/git-core"
+  fi
   export WORKSTATION_DATA_DIR="$WS_GPU/data" WORKSTATION_ENGINE__PYTHON="$(command -v python3)"
   # no FlashInfer is carried: vLLM's sampler must not reach for it (the engine gets the user's
   # VLLM_* variables, so this is set as a user would set it)
@@ -51,12 +54,14 @@ print(f"bundle of {plan['bundle_bytes'] / 2**20:.0f} MiB checks out")
 PY
     cd "$WS_GPU" && tar xf bundle.tar && rm -f bundle.tar && tar xJf site.tar.xz && rm -f site.tar.xz
     mkdir -p bin data/cache/gguf && mv -f bwrap bin/ 2>/dev/null || true
+    [ -f git.tar.xz ] && tar xJf git.tar.xz && rm -f git.tar.xz
     mv -f ./*.gguf data/cache/gguf/
     cd "$REPO"
     environment
     python3 -c "import vllm, torch; print('vLLM', vllm.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(0))"
     python3 -c "import vllm.entrypoints.openai.api_server" 2>&1 | tail -3
     if "$WS_GPU/bin/bwrap" --ro-bind / / --dev /dev --proc /proc true 2>/dev/null; then echo "bubblewrap runs"; else echo "bubblewrap does not run here"; fi
+    echo "git: $(command -v git) $(git --version 2>&1)"
     python3 -m workstation model prepare smollm2
     echo "setup took $(( $(date +%s) - t0 )) s"
     ;;
