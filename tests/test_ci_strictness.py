@@ -76,7 +76,7 @@ def test_under_ci_a_missing_engine_model_or_sandbox_fails(tmp_path: Path) -> Non
     assert "1 failed, 1 passed, 1 skipped, 2 errors" in out  # fixtures error, the model check fails
     assert "ERROR" in out and "test_needs_the_engine" in out and "test_needs_bubblewrap" in out
     assert "FAILED" in out and "test_needs_a_model" in out
-    assert "CI=true: a missing engine, model or sandbox fails the run" in out
+    assert "CI=true: what set-up provides must be there, so this fails the run" in out
     assert {m: row["skipped"] for m, row in counts.items() if row["skipped"]} == {"gpu": 1}  # only GPU skips
     assert counts["engine"] == {"ran": 1, "passed": 0, "failed": 1, "errors": 1, "skipped": 0}
     assert "tests per marker" in out

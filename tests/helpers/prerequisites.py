@@ -1,9 +1,10 @@
 """What a test needs from the machine, and what happens when it is missing.
 
-Where the real engine, a prepared model or bubblewrap is missing, a developer's run skips
-the test with the reason; under ``CI=true`` it **fails** (CI prepares all three, so a
-missing one is a broken set-up, not a reason to pass). Only ``gpu`` tests may skip in CI
-(CI has no GPU); they do not come here.
+Where the real engine, a prepared model or bubblewrap is missing (or a test tool that
+``scripts/setup.sh --dev`` installs: the desktop-entry validators, pytest-qt), a developer's
+run skips the test with the reason; under ``CI=true`` it **fails** (CI prepares all of
+them, so a missing one is a broken set-up, not a reason to pass). Only ``gpu`` tests may
+skip in CI (CI has no GPU); they do not come here.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def in_ci() -> bool:
 def missing(reason: str) -> NoReturn:
     """Skip with ``reason`` — or, under ``CI=true``, fail with it."""
     if in_ci():
-        pytest.fail(f"{reason} (CI=true: a missing engine, model or sandbox fails the run)", pytrace=False)
+        pytest.fail(f"{reason} (CI=true: what set-up provides must be there, so this fails the run)", pytrace=False)
     pytest.skip(reason)
 
 

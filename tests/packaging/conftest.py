@@ -1,4 +1,5 @@
-"""Helpers for the packaging tests: the Debian validators, skipped with a reason where missing.
+"""Helpers for the packaging tests: the Debian validators, skipped with a reason where missing
+(failing under ``CI=true``: ``scripts/setup.sh --dev`` installs them).
 
 ``desktop-file-validate`` comes from Debian's ``desktop-file-utils``, ``appstreamcli`` from
 ``appstream`` (``apt-get install -y desktop-file-utils appstream``).
@@ -12,13 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.prerequisites import missing
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _tool(name: str, package: str) -> str:
     path = shutil.which(name)
     if path is None:
-        pytest.skip(f"{name} not installed (Debian package {package}: apt-get install -y {package})")
+        missing(f"{name} not installed (Debian package {package}: apt-get install -y {package})")
     return path
 
 

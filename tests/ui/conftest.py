@@ -14,7 +14,14 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("pytestqt")
+try:
+    import pytestqt  # noqa: F401 - pytest-qt drives every test here
+except ImportError:  # a developer's bare venv skips the window tests; CI must not lose them
+    from tests.helpers.prerequisites import in_ci
+
+    if in_ci():
+        raise
+    pytest.skip("pytest-qt is not installed (pip install -e '.[dev]')", allow_module_level=True)
 
 from tests.helpers.scripted_server import Reply, ScriptedServer, ToolCall  # noqa: E402
 
