@@ -8,8 +8,13 @@ benchmark run" and lasts its reported duration; the meter's readings are average
 that window (time-weighted by how much of each reading's interval falls inside it)
 and compared with the bench's "Output token throughput".
 
-    python benchmarks/meter_vs_bench.py --base-url http://127.0.0.1:8000 --api-key KEY \\
-        --model smollm2 --engine-python /path/to/engine/bin/python --tokenizer /path/to/model
+    python benchmarks/meter_vs_bench.py            # starts the managed engine (settings' model), stops it after
+    python benchmarks/meter_vs_bench.py --base-url http://127.0.0.1:8000 --api-key KEY --model smollm2
+
+With no ``--base-url`` it uses the configured external endpoint or starts the managed engine
+for the run, as every verb does (``engine.acquire.engine_endpoint``); ``vllm bench serve`` runs
+through the managed engine environment's Python (``--engine-python`` to use another) with the
+served built-in model's directory as its tokenizer (``--tokenizer`` for any other model).
 
 Other traffic on the engine during the run would inflate the meter (it counts all of the
 engine's tokens); the JSON reports the engine's own token count over the window next to
@@ -37,7 +42,9 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 
+from workstation.config import load_settings  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
+from workstation.core.errors import UserError  # noqa: E402
 from workstation.telemetry.scraper import MetricsScraper  # noqa: E402
 from workstation.telemetry.vllm_metrics import EngineMetricsSample  # noqa: E402
 
@@ -66,12 +73,13 @@ def window_average(readings: list[Reading], start: float, end: float) -> tuple[f
     return (weighted / covered if covered > 0 else None), covered
 
 
-def bench_command(args: argparse.Namespace, result_dir: str) -> list[str]:
+def bench_command(args: argparse.Namespace, endpoint: Endpoint, engine_python: str, tokenizer: str,
+                  result_dir: str) -> list[str]:
     entry = REPO / "workstation" / "engine" / "scripts" / "vllm_entry.py"
     return [
-        args.engine_python, str(entry), "bench", "serve",
+        engine_python, str(entry), "bench", "serve",
         "--backend", "openai-chat", "--endpoint", "/v1/chat/completions",
-        "--base-url", args.base_url, "--model", args.model, "--tokenizer", args.tokenizer,
+        "--base-url", endpoint.base_url, "--model", endpoint.model, "--tokenizer", tokenizer,
         "--dataset-name", "random", "--random-input-len", str(args.input_len),
         "--random-output-len", str(args.output_len), "--num-prompts", str(args.num_prompts),
         "--max-concurrency", str(args.concurrency), "--ignore-eos", "--disable-tqdm",
@@ -80,14 +88,39 @@ def bench_command(args: argparse.Namespace, result_dir: str) -> list[str]:
     ]
 
 
-async def run(args: argparse.Namespace) -> dict[str, Any]:
+def bench_tools(args: argparse.Namespace, settings: Any, model: str) -> tuple[str, str]:
+    """The Python that runs ``vllm bench serve`` and the tokenizer directory for ``model``."""
+    from workstation.engine.environment import require_engine
+    from workstation.engine.models import resolve_model
+
+    python = args.engine_python or str(require_engine(settings).python)
+    tokenizer = args.tokenizer
+    if not tokenizer:
+        spec = resolve_model(settings, model)
+        if spec.local_dir is None:
+            raise UserError(f"no local directory for model '{model}'", hint="give --tokenizer DIR")
+        tokenizer = str(spec.local_dir)
+    return python, tokenizer
+
+
+async def run_managed(args: argparse.Namespace) -> dict[str, Any]:
+    from workstation.engine.acquire import engine_endpoint
+
+    settings = load_settings()
+    say = (lambda m: print(f"engine: {m}", file=sys.stderr, flush=True))
+    async with engine_endpoint(settings, url=args.base_url, api_key=args.api_key, model=args.model,
+                               progress=say) as endpoint:
+        python, tokenizer = bench_tools(args, settings, endpoint.model)
+        return await run(args, endpoint, python, tokenizer)
+
+
+async def run(args: argparse.Namespace, endpoint: Endpoint, engine_python: str, tokenizer: str) -> dict[str, Any]:
     readings: list[Reading] = []
 
     def on_sample(s: EngineMetricsSample) -> None:
         if s.up:
             readings.append(Reading(s.t_mono, s.interval_s, s.generation_tokens_per_s, s.generation_tokens_total))
 
-    endpoint = Endpoint(base_url=args.base_url, api_key=args.api_key, model=args.model, name="engine")
     with tempfile.TemporaryDirectory(prefix="meter-vs-bench-") as result_dir:
         async with httpx.AsyncClient(timeout=10.0) as http:
             scraper = MetricsScraper(http, endpoint, interval_s=args.interval)
@@ -97,9 +130,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             scraper.sampled.connect(on_sample)
             await scraper.start()
             await asyncio.sleep(2 * args.interval)
-            env = {**os.environ, "OPENAI_API_KEY": args.api_key, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
+            env = {**os.environ, "OPENAI_API_KEY": endpoint.api_key, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"}
             proc = await asyncio.create_subprocess_exec(
-                *bench_command(args, result_dir), stdout=asyncio.subprocess.PIPE,
+                *bench_command(args, endpoint, engine_python, tokenizer, result_dir), stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT, env=env, start_new_session=True,
             )
             t_start: float | None = None
@@ -151,6 +184,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "bench_completed": bench.get("completed"),
         "bench_exit_after_window_s": round(t_exit - t_end, 3),
         "interval_s": args.interval,
+        "endpoint": endpoint.base_url, "model": endpoint.model,
         "workload": {"num_prompts": args.num_prompts, "concurrency": args.concurrency,
                      "input_len": args.input_len, "output_len": args.output_len},
     }
@@ -158,11 +192,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--base-url", default=os.environ.get("WORKSTATION_TEST_ENGINE_URL", "http://127.0.0.1:8000"))
-    ap.add_argument("--api-key", default=os.environ.get("WORKSTATION_TEST_ENGINE_KEY", ""))
-    ap.add_argument("--model", default=os.environ.get("WORKSTATION_TEST_ENGINE_MODEL", "smollm2"))
-    ap.add_argument("--engine-python", required=True, help="the Python that has vLLM installed")
-    ap.add_argument("--tokenizer", required=True, help="the served model's directory (for the random prompts)")
+    ap.add_argument("--base-url", default=None,
+                    help="an engine that already runs (default: the configured external one, or the managed "
+                         "engine started for the run and stopped after)")
+    ap.add_argument("--api-key", default="")
+    ap.add_argument("--model", default=None, help="model to serve / ask for (default: settings, or the endpoint's)")
+    ap.add_argument("--engine-python", default=None,
+                    help="the Python that has vLLM installed (default: the managed engine environment's)")
+    ap.add_argument("--tokenizer", default=None,
+                    help="the served model's directory, for the random prompts (default: the built-in model's)")
     ap.add_argument("--num-prompts", type=int, default=64)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--input-len", type=int, default=128)
@@ -171,7 +209,10 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout-s", type=float, default=900.0)
     args = ap.parse_args()
-    out = asyncio.run(run(args))
+    try:
+        out = asyncio.run(run_managed(args))
+    except UserError as exc:
+        raise SystemExit(f"meter_vs_bench: {exc}") from None
     print(f"\nmeter {out['meter_output_tok_s']} tok/s (1 Hz readings over the bench window) vs bench "
           f"{out['bench_output_tok_s']} tok/s: {100 * (out['rel_error'] or 0):+.2f}%")
     print(f"engine counted {out['engine_generated_tokens_around_window']} generated tokens around the window; "

@@ -24,9 +24,15 @@ def test_shape_bench_and_tune_without_data_say_what_to_do(tmp_path, capsys, monk
     assert "no captured traffic shapes yet" in capsys.readouterr().out
     assert main(["bench", "results"]) == 0
     assert "no results" in capsys.readouterr().out
-    assert main(["tune", "--budget-s", "60"]) == 2
+    assert main(["tune", "--shape", "latest", "--budget-s", "60"]) == 2
     err = capsys.readouterr().err
     assert "no captured traffic shape yet" in err and "workstation shape capture" in err
+    # with no shape asked for, tune goes on with the built-in agent-like workload (here it then
+    # stops: this data dir has no engine)
+    assert main(["tune", "--budget-s", "60"]) == 2
+    err = capsys.readouterr().err
+    assert "tuning for the built-in agent-like workload (256 (+1300 shared)/48 x 4 streams" in err
+    assert "engine" in err.splitlines()[-1]
     assert main(["bench", "--input-len", "8"]) == 2
     assert "both --input-len and --output-len" in capsys.readouterr().err
     assert main(["bench", "--input-len", "8", "--output-len", "8"]) == 2

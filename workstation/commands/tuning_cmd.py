@@ -20,6 +20,7 @@ import contextlib
 import signal
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import orjson
@@ -294,8 +295,11 @@ def _shape_capture(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- bench
-def _workload(args: argparse.Namespace, store, *, default_concurrency: int = 8):  # type: ignore[no-untyped-def]
-    from workstation.tuning.loadgen import workload_from_shape
+def _workload(args: argparse.Namespace, store, *, default_concurrency: int = 8,  # type: ignore[no-untyped-def]
+              builtin_when_none: bool = False):
+    """The workload the arguments ask for. ``builtin_when_none`` (``tune``): with no shape
+    captured and none asked for, the built-in agent-like workload instead of an error."""
+    from workstation.tuning.loadgen import agent_like_workload, workload_from_shape
     from workstation.tuning.results import Slo, Workload
 
     slo = Slo(ttft_ms=args.slo_ttft_ms, tpot_ms=args.slo_tpot_ms)
@@ -309,12 +313,16 @@ def _workload(args: argparse.Namespace, store, *, default_concurrency: int = 8):
                      shared_prefix_len=args.prefix_len, duration_s=args.duration_s, warmup_s=args.warmup_s,
                      max_requests=args.max_requests)
         return w, None, slo
+    if builtin_when_none and args.shape is None and not store.shapes():
+        w = agent_like_workload(concurrency=args.concurrency, duration_s=args.duration_s, warmup_s=args.warmup_s,
+                                max_requests=args.max_requests)
+        _say(f"no traffic shape captured yet: tuning for the built-in agent-like workload ({w.describe()}); "
+             "capture your own with `workstation shape capture`")
+        return (replace(w, request_rate_per_s=args.rate) if args.rate else w), None, slo
     shape = store.load_shape(_shape_name(store, args.shape))
     w = workload_from_shape(shape, concurrency=args.concurrency, duration_s=args.duration_s,
                             warmup_s=args.warmup_s, max_requests=args.max_requests)
     if args.rate:
-        from dataclasses import replace
-
         w = replace(w, request_rate_per_s=args.rate)
     return w, shape, slo
 
@@ -399,7 +407,7 @@ async def _spare_gpu_env() -> dict[str, str]:
 def _tune(args: argparse.Namespace) -> int:
     settings = _settings()
     store = _store(settings)
-    workload, shape, slo = _workload(args, store)
+    workload, shape, slo = _workload(args, store, builtin_when_none=True)
     if args.repeats < 3:
         raise UserError("--repeats must be at least 3 (the noise must be known)")
 

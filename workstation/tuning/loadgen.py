@@ -326,3 +326,27 @@ def workload_from_shape(shape: TrafficShape, *, concurrency: int | None = None, 
         request_rate_per_s=shape.request_rate_per_s if keep_rate else None,
         duration_s=duration_s, warmup_s=warmup_s, max_requests=max_requests, seed=seed,
     )
+
+
+AGENT_PREFIX_TOKENS = 1_300
+"""Shared prefix of the built-in agent-like workload: the agents' system prompt and tool specs
+(1,332 tokens for SmolLM2's tool-only protocol, measured with the prefix-cache priming request)."""
+AGENT_TURN_TOKENS = 256
+"""Each request's own part: the task and its growing history of tool results."""
+AGENT_OUTPUT_TOKENS = 48
+"""A turn's answer: one tool call (a path, a command, a short edit)."""
+AGENT_STREAMS = 4
+"""Sized for the CPU engine, where such prompts are prefill-bound: at 8 streams of 512 own
+tokens the first round (the prefix not cached yet) outlasted an 8-second window on a 2-core
+machine and measured 0 tok/s. ``--concurrency`` sets more where the engine is a GPU."""
+
+
+def agent_like_workload(*, concurrency: int | None = None, duration_s: float = 30.0, warmup_s: float = 5.0,
+                        max_requests: int | None = None, seed: int = 0) -> Workload:
+    """What to tune for before any traffic was captured: coding agents' turns — a long prefix
+    every request shares, a few hundred tokens of its own, a short answer."""
+    return Workload(
+        kind="synthetic", concurrency=concurrency or AGENT_STREAMS, input_len=AGENT_TURN_TOKENS,
+        output_len=AGENT_OUTPUT_TOKENS, shared_prefix_len=AGENT_PREFIX_TOKENS, duration_s=duration_s,
+        warmup_s=warmup_s, max_requests=max_requests, seed=seed,
+    )
