@@ -30,7 +30,6 @@ import importlib.util
 import json
 import os
 import platform
-import shutil
 import statistics
 import sys
 import threading
@@ -75,8 +74,11 @@ def say(msg: str) -> None:
 class Results:
     """The one JSON file, merged part by part."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, mirror: Path | None = None) -> None:
         self.path = path
+        self.mirror = mirror
+        """A copy kept current in the device call's $OUT: a call stopped at its time limit still
+        brings back every figure measured before."""
         self.data: dict[str, Any] = json.loads(path.read_text()) if path.is_file() else {}
 
     def put(self, key: str, value: Any) -> None:
@@ -84,9 +86,11 @@ class Results:
         self.save()
 
     def save(self) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, default=str) + "\n")
-        os.replace(tmp, self.path)
+        for target in filter(None, (self.path, self.mirror)):
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.data, indent=1, default=str) + "\n")
+            os.replace(tmp, target)
 
 
 # --------------------------------------------------------------------------- the machine
@@ -322,7 +326,8 @@ def make_tuner(http, setup):  # type: ignore[no-untyped-def]
      logs) = setup
     tuner = ScreeningTuner(tune_settings, engine, model, http, baseline, traits=traits, help_flags=help_flags,
                            candidates=cands, side=side, references=[reference], store=store,
-                           log_dir=logs / "gpu-tune", gpu_memory=lambda: gpus)
+                           log_dir=logs / "gpu-tune", gpu_memory=lambda: gpus,
+                           sessions=max(32, max(w.concurrency for _k, _n, w, _s in setup[11])))
     tuner.progress.connect(say)
     return tuner
 
@@ -433,7 +438,7 @@ def copy_out(results: Results, out: Path | None, settings_logs: Path) -> None:
     if out is None:
         return
     out.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(results.path, out / "gpu-results.json")
+    results.save()
     tails = []
     for log in sorted(settings_logs.glob("gpu-*/**/engine.log")) + sorted(settings_logs.glob("gpu-*/engine.log")):
         lines = log.read_text(errors="replace").splitlines()[-60:]
@@ -459,7 +464,7 @@ def main() -> int:
         args.sessions, args.max_steps, args.candidates = min(args.sessions, 4), min(args.max_steps, 3), min(args.candidates, 1)
         args.kv_gib, args.window_s = min(args.kv_gib, 0.5), min(args.window_s, 4.0)
     settings = load_settings()
-    results = Results(settings.data_dir / "gpu-results.json")
+    results = Results(settings.data_dir / "gpu-results.json", args.out / "gpu-results.json" if args.out else None)
     deadline = time.monotonic() + args.budget_s
     t0 = time.monotonic()
     part = {"bench": part_bench, "tune": part_tune, "confirm": part_confirm}[args.part]

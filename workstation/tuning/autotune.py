@@ -308,7 +308,8 @@ class Autotuner:
         results: list[BenchResult] = []
         async with managed_engine(self.settings, self.engine, self.model, profile,
                                   log_dir=self.log_dir / profile.name, env=self.env,
-                                  say=lambda m: self.progress.emit(f"  {m}")) as launcher:
+                                  say=lambda m: self.progress.emit(f"  {m}"),
+                                  sessions=max(self.settings.fleet.max_generating, self.workload.concurrency)) as launcher:
             start_s = time.monotonic() - t0
             for i in range(self.repeats):
                 # the first window also warms up (caches, compiled kernels); later ones run straight on

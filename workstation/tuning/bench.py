@@ -45,9 +45,13 @@ def tuning_settings(settings: Settings, *, kv_cache_gib: float | None = None) ->
 async def managed_engine(
     settings: Settings, engine: EngineInstall, model: ModelSpec, profile: Profile, *,
     log_dir: Path, env: Mapping[str, str] | None = None, say: Callable[[str], None] | None = None,
+    sessions: int | None = None,
 ) -> AsyncIterator[EngineLauncher]:
-    """Start an engine with ``profile`` (already flattened), yield it, always stop it."""
-    launcher = EngineLauncher(settings, engine, model, log_dir=log_dir, profile=profile, env=dict(env or {}))
+    """Start an engine with ``profile`` (already flattened), yield it, always stop it.
+
+    ``sessions``: the concurrency a sized profile plans for (a benchmark's streams)."""
+    launcher = EngineLauncher(settings, engine, model, log_dir=log_dir, profile=profile, env=dict(env or {}),
+                              sessions=sessions)
     try:
         await launcher.start(say)
         yield launcher

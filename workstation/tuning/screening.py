@@ -166,8 +166,10 @@ class ScreeningTuner:
         side: SideBySide, references: Sequence[Profile] = (), repeats: int = 3, store: TuningStore | None = None,
         slo: Slo | None = None, log_dir: Path, env: dict[str, str] | None = None,
         ttft_guard_pct: float = TTFT_GUARD_PCT, start_stagger_s: float = 2.0,
-        gpu_memory: Callable[[], list[GpuMemory]] | None = None,
+        gpu_memory: Callable[[], list[GpuMemory]] | None = None, sessions: int | None = None,
     ) -> None:
+        """``sessions``: the concurrency the engines are sized for (the largest workload's, so
+        the baseline's batch never caps a workload it is screened with)."""
         self.settings, self.engine, self.model, self.http = settings, engine, model, http
         self.baseline, self.traits, self.help_flags = baseline, traits, help_flags
         self.candidates, self.references = list(candidates), list(references)
@@ -176,6 +178,7 @@ class ScreeningTuner:
         self.env = dict(env or {})
         self.ttft_guard_pct, self.start_stagger_s = ttft_guard_pct, start_stagger_s
         self._gpu_memory = gpu_memory or (lambda: [])
+        self.sessions = sessions
         self.trials: list[Trial] = []
         self.not_applicable: list[tuple[Candidate, str]] = []
 
@@ -205,7 +208,7 @@ class ScreeningTuner:
         await asyncio.sleep(delay_s)
         launcher = EngineLauncher(self.settings, self.engine, self.model, log_dir=self.log_dir / safe_name(trial.label),
                                   profile=trial.profile, extra_args=self.side.args(), env=self.env,
-                                  gpu_memory=self._gpu_memory)
+                                  gpu_memory=self._gpu_memory, sessions=self.sessions)
         t0 = time.monotonic()
         try:
             await launcher.start(lambda m: self.progress.emit(f"  [{trial.label}] {m}"))
