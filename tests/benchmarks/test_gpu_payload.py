@@ -62,3 +62,29 @@ def test_the_image_list_and_what_is_not_carried_are_names():
     assert {"torch", "transformers", "numpy", "psutil"} <= names
     assert "vllm" not in names and "fastapi" not in names
     assert "flashinfer-python" in payload.NOT_CARRIED
+
+
+def test_pins_narrow_what_pip_is_asked_for():
+    from packaging.requirements import Requirement
+
+    assert payload.pinned(Requirement("xgrammar<1.0.0,>=0.2.1")) in ("xgrammar<0.2.8,<1.0.0,>=0.2.1",
+                                                                       "xgrammar<1.0.0,<0.2.8,>=0.2.1",
+                                                                       "xgrammar>=0.2.1,<1.0.0,<0.2.8")
+    assert payload.pinned(Requirement("fastapi[standard]>=0.1; python_version >= '3.9'")) == "fastapi>=0.1"
+
+
+def test_an_inconsistent_set_is_found_before_it_travels(tmp_path):
+    import zipfile
+
+    def wheel(name, version, *requires):
+        path = tmp_path / f"{name}-{version}-py3-none-any.whl"
+        with zipfile.ZipFile(path, "w") as z:
+            meta = f"Name: {name}\nVersion: {version}\n" + "".join(f"Requires-Dist: {r}\n" for r in requires)
+            z.writestr(f"{name}-{version}.dist-info/METADATA", meta + "\nbody\n")
+        return path
+
+    chosen = {"vllm": wheel("vllm", "0.26.0", "apache-tvm-ffi==0.1.10", "torch==2.11.0"),
+              "apache-tvm-ffi": wheel("apache_tvm_ffi", "0.1.10"),
+              "xgrammar": wheel("xgrammar", "0.2.9", "apache-tvm-ffi>=0.1.15")}
+    problems = payload.conflicts(chosen, {"torch"})
+    assert problems == ["xgrammar needs apache-tvm-ffi>=0.1.15, but apache-tvm-ffi 0.1.10 was chosen"]
