@@ -254,7 +254,7 @@ async def part_bench(args: argparse.Namespace, results: Results, deadline: float
                     num_prompts=512 if not args.dry_run else 16, concurrency=64 if not args.dry_run else 4,
                     input_len=256 if not args.dry_run else 64, output_len=256 if not args.dry_run else 32,
                     interval=1.0, seed=0, timeout_s=240.0)
-                results.put("meter_vs_bench", await mvb.run(ns))
+                results.put("meter_vs_bench", await mvb.run(ns, launcher.endpoint, str(engine.python), str(model.local_dir)))
                 say(f"  meter vs bench: rel_error {results.data['meter_vs_bench'].get('rel_error')}")
                 say(f"fleet_run: {args.sessions} agent sessions, traffic shape captured")
                 fleet = await fleet_and_capture(http, launcher.endpoint, sessions=args.sessions,
