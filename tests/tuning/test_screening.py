@@ -75,3 +75,14 @@ def test_cuda_candidates_lead_with_what_cuts_host_work_and_have_no_duplicates():
     assert flags[:4] == ["--stream-interval", "--api-server-count", "--speculative-config", "--max-num-batched-tokens"]
     assert len({c.args for c in cands}) == len(cands)
     assert "--enforce-eager" not in base and "--no-enforce-eager" not in flags  # the GPU default is not eager
+
+
+@pytest.mark.engine  # the CLI reads the installed engine's options before it looks for a GPU
+def test_side_by_side_without_a_gpu_is_refused_in_words(monkeypatch, capsys):
+    from workstation import cli
+    from workstation.engine import gpu_memory
+
+    monkeypatch.setattr(gpu_memory, "read_gpu_memory", lambda *a, **k: [])
+    assert cli.main(["tune", "--side-by-side", "2", "--reference", "vllm-defaults"]) != 0
+    err = capsys.readouterr().err
+    assert "--side-by-side needs a GPU" in err and "leave --side-by-side out" in err

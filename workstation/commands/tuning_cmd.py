@@ -88,6 +88,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                       help="run the trial engines on a GPU nothing else uses (CUDA_VISIBLE_DEVICES)")
     tune.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                       help="environment for the trial engines (e.g. CUDA_VISIBLE_DEVICES=1)")
+    tune.add_argument("--side-by-side", type=int, default=0, metavar="N",
+                      help="a GPU with room for several engines: start the baseline and N candidate changes "
+                           "together and measure them in turns (tuning/screening.py), instead of one after another")
+    tune.add_argument("--reference", action="append", default=[], metavar="PROFILE",
+                      help="with --side-by-side: also measure this profile alongside (e.g. vllm-defaults)")
     tune.add_argument("--json", action="store_true", help="end with one JSON line: steps and noise_pct")
     tune.set_defaults(func=_tune)
 
@@ -354,7 +359,7 @@ def _bench(args: argparse.Namespace) -> int:
                 tsettings = tuning_settings(settings)
                 engine = require_engine(tsettings)
                 model = resolve_model(tsettings, args.model)
-                profile, _ = store.resolve(args.profile)
+                profile, _ = store.resolve(args.profile, platform=engine.platform)
                 async with managed_engine(tsettings, engine, model, profile, log_dir=store.runs_dir / "bench",
                                           say=_say) as launcher:
                     _say(f"benchmark: {workload.describe()}")
@@ -404,6 +409,41 @@ async def _spare_gpu_env() -> dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": str(index)}
 
 
+async def _tune_side_by_side(args, store, settings, engine, model, baseline, traits, help_flags, cands,  # type: ignore[no-untyped-def]
+                             workload, shape, slo) -> int:
+    from workstation.engine.gpu_memory import read_gpu_memory
+    from workstation.engine.http import make_http_client
+    from workstation.tuning.screening import ScreeningTuner, SideBySide
+
+    gpus = await asyncio.to_thread(read_gpu_memory)
+    if not gpus:
+        raise UserError("--side-by-side needs a GPU (each engine takes its own share of it)",
+                        hint="on this machine tune one change after another (leave --side-by-side out)")
+    references = [store.resolve(name, platform=engine.platform)[0] for name in args.reference]
+    kv_gib = args.kv_cache_gib or 8.0
+    try:
+        side = SideBySide.for_round(1 + len(cands) + len(references), gpus[0], int(kv_gib * (1 << 30)))
+    except ValueError as exc:
+        raise UserError(str(exc), hint="fewer candidates (--side-by-side N) or a smaller --kv-cache-gib") from None
+    run_name = f"tune-side-{time.strftime('%Y%m%d-%H%M%S')}"
+    _say(f"side by side on {gpus[0].name}: baseline '{baseline.name}', {len(cands)} changes, references "
+         f"{', '.join(args.reference) or 'none'}; {kv_gib:g} GiB KV cache each; {workload.describe()}")
+    async with make_http_client() as http:
+        tuner = ScreeningTuner(settings, engine, model, http, baseline, traits=traits, help_flags=help_flags,
+                               candidates=cands, side=side, references=references, repeats=args.repeats,
+                               store=store, slo=slo, log_dir=store.runs_dir / run_name,
+                               gpu_memory=lambda: gpus, sessions=workload.concurrency)
+        tuner.progress.connect(_say)
+        screening = await tuner.run(workload, shape, name=shape.name if shape else "workload")
+    for line in screening.report.table():
+        print(line)
+    data = {**screening.report.to_json(), "outcome": screening.outcome}
+    store.save_run(run_name, data)
+    if args.json:
+        print(orjson.dumps(data).decode())
+    return 0
+
+
 def _tune(args: argparse.Namespace) -> int:
     settings = _settings()
     store = _store(settings)
@@ -423,12 +463,15 @@ def _tune(args: argparse.Namespace) -> int:
         tsettings = tuning_settings(settings, kv_cache_gib=args.kv_cache_gib)
         engine = require_engine(tsettings)
         model = resolve_model(tsettings, args.model)
-        baseline, _ = store.resolve(args.profile)
+        baseline, _ = store.resolve(args.profile, platform=engine.platform)
         help_flags = known_flags(await asyncio.to_thread(engine_help_text, engine, settings.cache_dir))
         traits = model_traits(model.served_name, model.config_json)
         kv = int((tsettings.engine.kv_cache_gib or 0) * (1 << 30)) or None
         cands = candidates_for(engine.platform, traits, concurrency=workload.concurrency,
                                base_args=list(baseline.args), kv_cache_bytes=kv)
+        if args.side_by_side:
+            return await _tune_side_by_side(args, store, tsettings, engine, model, baseline, traits, help_flags,
+                                            cands[: args.side_by_side], workload, shape, slo)
         env = _env_pairs(args.env)
         if args.spare_gpu:
             env.update(await _spare_gpu_env())
