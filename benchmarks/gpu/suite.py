@@ -209,6 +209,7 @@ async def fleet_and_capture(http, endpoint, *, sessions: int, max_steps: int, ti
     args = argparse.Namespace(sessions=sessions, max_steps=max_steps, temperature=None, timeout_s=timeout_s,
                               keep=False)
     result = await fr.run(args, endpoint, observe=capture)
+    result["aggregate_tok_s"] = result["generated_tok_s"]
     shape = capture.shape()
     store.save_shape(shape)
     result["shape"] = {"name": shape.name, "summary": shape.summary_line(), "requests": shape.requests,
