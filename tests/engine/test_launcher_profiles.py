@@ -103,3 +103,18 @@ def test_users_vllm_variables_reach_the_engine_unless_the_app_or_profile_sets_th
     assert "VLLM_USE_FLASHINFER_SAMPLER='0' from your environment" in notes
     assert "VLLM_API_KEY: the app's own value wins over yours" in notes and "users-own-key" not in notes
     assert "VLLM_LOGGING_LEVEL: the profile's 'INFO' wins over yours ('DEBUG')" in notes
+
+
+def test_engine_profiles_json_lists_every_cuda_profile_unvalidated_without_a_cuda_engine(tmp_path, capsys, monkeypatch):
+    from workstation import cli
+
+    monkeypatch.setenv("WORKSTATION_DATA_DIR", str(tmp_path))  # no engine installed there
+    assert cli.main(["engine", "profiles", "--platform", "cuda", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    by_name = {r["name"]: r for r in rows}
+    assert {"default", "vllm-defaults", "ladder-1-mtp3"} <= set(by_name)
+    assert all(set(r) >= {"name", "args", "env", "validated"} and r["validated"] is False for r in rows)
+    default = by_name["default"]["args"]
+    assert "--enforce-eager" not in default and "--enable-prefix-caching" in default
+    assert default[default.index("--max-num-seqs") + 1] == "64"
+    assert by_name["ladder-1-mtp3"]["env"] == {"OMP_NUM_THREADS": "1"}
