@@ -1,6 +1,6 @@
 """The autotuner's figure: ``workstation tune`` on this machine, its workload stated.
 
-    python benchmarks/autotune.py [--budget-s 900] [--model smollm2] [--shape NAME] [--repeats 3]
+    python benchmarks/autotune.py [--budget-s 1800] [--duration-s 30] [--model smollm2] [--shape NAME]
 
 Runs the autotuner exactly as a user does (``workstation tune --json``, in a child process so
 the engines it starts are its own and stop with it): from the ``default`` profile, one change
@@ -28,11 +28,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--budget-s", type=float, default=900.0, help="the tuner's time budget (default 900)")
+    ap.add_argument("--budget-s", type=float, default=1800.0, help="the tuner's time budget (default 1800)")
     ap.add_argument("--model", default=None, help="model to tune (default: settings, i.e. smollm2)")
     ap.add_argument("--shape", default=None, help="a captured traffic shape (default: the built-in agent-like one)")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--duration-s", type=float, default=8.0, help="measured window per run (default 8)")
+    ap.add_argument("--duration-s", type=float, default=30.0,
+                    help="measured window per run (default 30: on the CPU engine one round of the agent-like "
+                         "workload takes ~8-10 s under load, and 8-second windows measured 0, 1 or 2 rounds — "
+                         "noise 100%%)")
     args = ap.parse_args()
     argv = [sys.executable, "-m", "workstation", "tune", "--json", "--budget-s", str(args.budget_s),
             "--repeats", str(args.repeats), "--duration-s", str(args.duration_s)]
