@@ -68,6 +68,16 @@ class AgentConfig:
     retry_backoff_s: float = 1.0
     environment_listing_entries: int = 60
     """Files listed in the first message's environment details."""
+    rules: bool = True
+    """Read the repository's rules files (``AGENTS.md``, ``CLAUDE.md``, ``.clinerules``) into
+    the system prompt (``agent/rules.py``)."""
+    rules_files: tuple[str, ...] = ()
+    """Further rules files (absolute paths) the session follows, after the repository's."""
+    rules_max_chars: int = 12_000
+    """Cap of the rules section (also at most ~15 % of the context window)."""
+    rules_root: str = ""
+    """Where the search for rules files starts (the worktree's root); empty: the agent's root.
+    They are looked for from there down to the agent's root (its working folder)."""
 
     def result_char_cap(self) -> int:
         """Largest tool result the model sees, given the context window."""

@@ -28,6 +28,7 @@ from workstation.agent.protocols import (
     ReplyCalls, choose_protocol, is_context_overflow, is_tool_refusal, step_down, system_prompt,
     tool_result_message,
 )
+from workstation.agent.rules import Rules, load_rules, rules_cap
 from workstation.agent.tool_specs import OPENAI_TOOLS, QUESTION_TOOL
 from workstation.agent.toolbox import Toolbox
 from workstation.agent.toolcalls import RawCall
@@ -392,15 +393,31 @@ class Agent:
     async def _start_conversation(self) -> None:
         assert self._protocol is not None
         listing = await self._toolbox.environment_listing(self.config.environment_listing_entries)
-        self._append({"role": "system", "content": system_prompt(self._protocol)})
+        rules = await asyncio.to_thread(self._load_rules)
+        self._emit(ev.RulesLoaded(self.session_id, tuple(f.path for f in rules.files), rules.cut, rules.left_out,
+                                  rules.skipped, sum(f.chars for f in rules.files)))
+        content = system_prompt(self._protocol)
+        if rules.section:
+            content += "\n\n" + rules.section  # after the constant part: one repository, one prefix
+        self._append({"role": "system", "content": content})
         self._append({"role": "user", "content": prompts.task_message(self.task, self._mode, listing)})
+
+    def _load_rules(self) -> Rules:
+        cfg = self.config
+        if not cfg.rules and not cfg.rules_files:
+            return Rules()
+        top = Path(cfg.rules_root) if cfg.rules_root else self.root
+        return load_rules(top, self.root, max_chars=rules_cap(cfg.rules_max_chars, cfg.context_window_tokens),
+                          extra=cfg.rules_files, repository=cfg.rules)
 
     def _switch_protocol(self, new: ToolProtocol, why: str) -> None:
         old = self._protocol
         self._protocol = new
         self._emit(ev.ProtocolSelected(self.session_id, new, why))
         if old is not None and system_prompt(old) != system_prompt(new) and self._messages:
-            self._replace_history([{"role": "system", "content": system_prompt(new)}, *self._messages[1:]])
+            current = str(self._messages[0].get("content") or "")
+            tail = current[len(system_prompt(old)):] if current.startswith(system_prompt(old)) else ""
+            self._replace_history([{"role": "system", "content": system_prompt(new) + tail}, *self._messages[1:]])
 
     def _max_tokens(self) -> int:
         room = self.config.context_window_tokens - self._estimate_context() - 64

@@ -97,6 +97,17 @@ def render_line(event: ev.AgentEvent) -> str | None:
     match event:
         case ev.ProtocolSelected(protocol=p, reason=r):
             return f"· protocol {p.value}: {r}"
+        case ev.RulesLoaded(files=f, cut=c, left_out=lo, skipped=sk):
+            if not (f or lo or sk):
+                return None
+            line = "· rules: " + (", ".join(f) if f else "none")
+            if c:
+                line += f" (cut at the cap: {', '.join(c)})"
+            if lo:
+                line += f" (left out for the cap: {', '.join(lo)})"
+            if sk:
+                line += f" (not read: {'; '.join(sk)})"
+            return line
         case ev.ModeChanged(mode=m):
             return f"· mode {m.value}"
         case ev.ToolCallStarted(summary=s):

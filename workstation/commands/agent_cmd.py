@@ -22,6 +22,7 @@ import enum
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -44,6 +45,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         f"(default {DEFAULT_APPROVE}); deny-listed commands always ask")
     p.add_argument("--interactive", action="store_true",
                    help="ask approvals and questions on the terminal instead of refusing them")
+    ctx = p.add_argument_group("context")
+    ctx.add_argument("--rules", action="append", default=[], metavar="FILE",
+                     help="a further rules file to follow (repeatable); the repository's AGENTS.md, "
+                          "CLAUDE.md and .clinerules are read from its root down to --repo by themselves")
+    ctx.add_argument("--no-rules", action="store_true", help="do not read the repository's rules files")
     eng = p.add_argument_group("endpoint (default: the managed engine)")
     eng.add_argument("--endpoint", metavar="URL", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
     eng.add_argument("--api-key", default="", metavar="KEY")
@@ -133,8 +139,6 @@ async def _terminal_approver(request: Any) -> Any:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
     from workstation.agent import Agent, AgentConfig, ProtocolChoice
     from workstation.agent.model_info import fetch_context_window
     from workstation.agent.sandbox import SandboxPolicy
@@ -158,6 +162,12 @@ async def _run(args: argparse.Namespace) -> int:
     interactive = bool(args.interactive)
     if interactive and not sys.stdin.isatty():
         raise UserError("--interactive needs a terminal on standard input")
+    rules_files = []
+    for name in args.rules:
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise UserError(f"--rules {name}: no such file")
+        rules_files.append(str(path.resolve()))
     settings = load_settings()
     say = (lambda m: print(m, file=sys.stderr, flush=True))
     printer = _Printer(args.json)
@@ -169,7 +179,8 @@ async def _run(args: argparse.Namespace) -> int:
             approval=policy, user_present=interactive, temperature=args.temperature,
             max_tokens_per_turn=min(args.max_tokens, max(256, window // 2)), context_window_tokens=window,
             max_turns=args.max_turns, command_timeout_s=args.command_timeout,
-            sandbox=SandboxPolicy.from_settings(settings),
+            sandbox=SandboxPolicy.from_settings(settings), rules=not args.no_rules,
+            rules_files=tuple(rules_files), rules_root=str(worktree_root(repo)),
         )
         session = args.session or f"cli-{time.strftime('%Y%m%d-%H%M%S')}"
         agent = Agent(session, repo, args.task, ChatClient(http, endpoint), config, on_event=printer,
@@ -201,6 +212,20 @@ async def _run(args: argparse.Namespace) -> int:
     print(f"workstation: the agent did not finish: {outcome.status.value}: {outcome.message}{detail or ''}",
           file=sys.stderr, flush=True)
     return 130 if outcome.status is RunStatus.STOPPED else 1
+
+
+def worktree_root(folder: Path) -> Path:
+    """The root of the git worktree ``folder`` lies in (where rules files are looked for
+    from), or ``folder`` itself outside git."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "-C", str(folder), "rev-parse", "--show-toplevel"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return folder.resolve()
+    top = out.stdout.strip()
+    return Path(top).resolve() if out.returncode == 0 and top else folder.resolve()
 
 
 def _main(args: argparse.Namespace) -> int:

@@ -23,6 +23,7 @@ import dataclasses
 import signal
 import sys
 import time
+from pathlib import Path
 
 import orjson
 
@@ -57,6 +58,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     agent.add_argument("--temperature", type=float)
     agent.add_argument("--max-generating", type=int, metavar="N",
                        help="sessions generating at once (default: settings, 32)")
+    agent.add_argument("--rules", action="append", default=[], metavar="FILE",
+                       help="a further rules file every session follows (repeatable); each "
+                            "repository's AGENTS.md, CLAUDE.md and .clinerules are read by themselves")
+    agent.add_argument("--no-rules", action="store_true", help="do not read the repositories' rules files")
     eng = p.add_argument_group("engine")
     eng.add_argument("--endpoint", action="append", metavar="URL",
                      help="OpenAI-compatible endpoint (repeat for several); default: the managed engine")
@@ -110,6 +115,16 @@ def _specs(args: argparse.Namespace) -> list:  # list[TaskEntry]
             headless=True, max_steps=args.max_steps, temperature=args.temperature,
         )
         entries = [TaskEntry(spec, args.sessions)]
+    extra_rules = []
+    for name in args.rules:
+        path = Path(name).expanduser()
+        if not path.is_file():
+            raise UserError(f"--rules {name}: no such file")
+        extra_rules.append(str(path.resolve()))
+    if extra_rules or args.no_rules:
+        entries = [TaskEntry(dataclasses.replace(
+            e.spec, rules=e.spec.rules and not args.no_rules,
+            rules_files=(*e.spec.rules_files, *extra_rules)), e.count) for e in entries]
     if args.max_steps is not None or args.temperature is not None:
         entries = [TaskEntry(dataclasses.replace(
             e.spec, max_steps=args.max_steps or e.spec.max_steps,

@@ -92,6 +92,22 @@ class ProtocolSelected:
 
 
 @dataclass(frozen=True, slots=True)
+class RulesLoaded:
+    """The rules files the session follows (in its system prompt), paths relative to the
+    worktree root."""
+
+    session_id: str
+    files: tuple[str, ...]
+    cut: tuple[str, ...] = ()
+    """Files cut at the rules cap (a note in the prompt says so)."""
+    left_out: tuple[str, ...] = ()
+    """Files that did not fit the cap at all."""
+    skipped: tuple[str, ...] = ()
+    """Files not read, with why (a link out of the worktree, unreadable)."""
+    chars: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class TurnStarted:
     session_id: str
     turn: int
@@ -296,7 +312,7 @@ class RunFinished:
 
 
 AgentEvent = (
-    AgentStateChanged | ModeChanged | ProtocolSelected | TurnStarted | TextStreamed
+    AgentStateChanged | ModeChanged | ProtocolSelected | RulesLoaded | TurnStarted | TextStreamed
     | ReasoningStreamed | ToolCallStreamed | UsageReported | TurnFinished | ToolCallStarted
     | CommandOutputStreamed | ToolCallFinished | ApprovalRequested | ApprovalResolved
     | MistakeCounted | QuestionAsked | UserMessageAdded | CheckpointCreated

@@ -154,6 +154,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         fields: dict[str, Any] = dict(
             mode=AgentMode(spec.mode), approval=policy, user_present=not spec.headless,
             temperature=spec.temperature, context_window_tokens=window,
+            rules=spec.rules, rules_files=tuple(spec.rules_files), rules_root=str(setup.root),
         )
         if spec.max_steps is not None:
             fields["max_turns"] = spec.max_steps

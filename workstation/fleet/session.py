@@ -40,6 +40,10 @@ class SessionSpec:
     temperature: float | None = None
     shared_links: tuple[str, ...] = ()
     """Read-only cache folders of the main checkout to link into the worktree (never writable)."""
+    rules: bool = True
+    """Follow the repository's rules files (``AGENTS.md``, ``CLAUDE.md``, ``.clinerules``)."""
+    rules_files: tuple[str, ...] = ()
+    """Further rules files (absolute paths), after the repository's."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -48,7 +52,7 @@ class SessionSpec:
     def from_json(cls, data: dict[str, Any]) -> SessionSpec:
         known = {f for f in cls.__dataclass_fields__}
         clean = {k: v for k, v in data.items() if k in known}
-        for key in ("auto_approve", "shared_links"):
+        for key in ("auto_approve", "shared_links", "rules_files"):
             if key in clean and clean[key] is not None:
                 clean[key] = tuple(clean[key])
         return cls(**clean)

@@ -9,6 +9,8 @@
     mode = "act"                    # or "plan"
     auto_approve = "read,edit"      # all | none | read,edit,command,other
     max_steps = 30
+    rules = ["team-rules.md"]       # more rules files (the repository's AGENTS.md … always,
+                                    #   unless rules = false)
 
     [[session]]
     task = "Add a --verbose flag to the CLI"
@@ -33,7 +35,7 @@ from workstation.core.errors import UserError
 from workstation.fleet.session import SessionSpec
 
 _KEYS = {"task", "repo", "url", "name", "base", "mode", "auto_approve", "count", "max_steps",
-         "init", "endpoint", "temperature", "shared_links"}
+         "init", "endpoint", "temperature", "shared_links", "rules"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +118,30 @@ def _entry(p: Path, where: str, d: dict[str, Any], headless: bool) -> TaskEntry:
     links = d.get("shared_links", [])
     if not isinstance(links, list) or not all(isinstance(x, str) for x in links):
         raise UserError(f"task file {p}: {where}: shared_links must be a list of paths")
+    rules, rules_files = _rules(p, where, d.get("rules", True))
     spec = SessionSpec(
         task=task.strip(), repo=repo or url or "", name=text("name"), base_branch=text("base"),
         clone=bool(url), init_if_plain=bool(d.get("init", False)), mode=text("mode", "act") or "act",
         auto_approve=tuple(a.strip() for a in approve.split(",") if a.strip()), headless=headless,
         endpoint=text("endpoint"), max_steps=max_steps,
         temperature=float(temperature) if temperature is not None else None,
-        shared_links=tuple(links),
+        shared_links=tuple(links), rules=rules, rules_files=rules_files,
     )
     return TaskEntry(spec, count)
+
+
+def _rules(p: Path, where: str, value: Any) -> tuple[bool, tuple[str, ...]]:
+    """``rules = true | false | ["file.md", …]``: the repository's rules on or off, or on with
+    more files (relative to the task file)."""
+    if isinstance(value, bool):
+        return value, ()
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise UserError(f"task file {p}: {where}: rules must be true, false or a list of rules files")
+    files = []
+    for name in value:
+        path = Path(name).expanduser()
+        path = path if path.is_absolute() else (p.parent / path).resolve()
+        if not path.is_file():
+            raise UserError(f"task file {p}: {where}: rules file {name} does not exist ({path})")
+        files.append(str(path))
+    return True, tuple(files)
