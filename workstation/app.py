@@ -336,7 +336,9 @@ class Application:
     async def _build_fleet(self, endpoint: Any) -> None:
         """Fleet (after the first endpoint is known: a managed engine picks its port and
         key at start), its bridge to the window, the sessions in the store, meters."""
+        from workstation.agent.sandbox import SandboxPolicy
         from workstation.fleet.agent_bridge import real_agent_factory
+        from workstation.fleet.bootstrap import BootstrapOptions
         from workstation.fleet.service import Fleet
         from workstation.ui.bridge import FleetBridge
         from workstation.ui.fleet_backend import FleetCommands
@@ -344,6 +346,8 @@ class Application:
         fleet = Fleet(
             data_dir=self.settings.data_dir, endpoints=[endpoint], agent_factory=real_agent_factory.from_settings(self.http, self.settings),
             http=self.http, max_generating=self.settings.fleet.max_generating,
+            sandbox=SandboxPolicy.from_settings(self.settings),
+            bootstrap=BootstrapOptions.from_settings(self.settings),
         )
         self.fleet = fleet
         await self._show_sandbox()  # the settings the fleet's agents run under

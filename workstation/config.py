@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import Field, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import (
     BaseSettings,
     JsonConfigSettingsSource,
@@ -80,6 +80,42 @@ class FleetSettings(BaseSettings):
 
     max_generating: int = 32
     """Sessions allowed to generate at once; more wait in a fair queue."""
+    port_range_start: int = 24000
+    """First port of the range session port blocks are taken from (below Linux's ephemeral
+    range, so an outgoing connection never takes a port a session was given)."""
+    port_range_end: int = 32000
+    """End of that range (exclusive)."""
+    ports_per_session: int = 1
+    """Ports in a session's block when its repository does not say (``ports = N``)."""
+    setup_timeout_s: float = 1800.0
+    """How long a worktree's setup command may run before it is stopped."""
+    setups_at_once: int = 2
+    """Setup commands that run at the same time (32 ``npm ci`` at once help nobody)."""
+
+    def port_range(self) -> range:
+        return range(self.port_range_start, self.port_range_end)
+
+
+class RepoSettings(BaseModel):
+    """How new worktrees of one repository are prepared (a task file's keys win over these).
+    A plain model, not settings: its fields are read from the settings file only (an
+    environment variable named ``RUN`` or ``SETUP`` must never set a command)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    copy_files: list[str | dict[str, str]] = Field(
+        default_factory=list, validation_alias=AliasChoices("copy", "copy_files"))
+    """``copy``: paths of the main checkout copied into each new worktree (``.env``, local
+    config); ``{"link": "node_modules"}`` links a big ignored folder instead of copying it
+    (read-only inside the sandbox, shared by every session)."""
+    setup: str = ""
+    """Command run once in each new worktree, inside the sandbox (``npm ci``, ``make deps``)."""
+    ports: int | None = None
+    """Ports in each session's block (``WORKSTATION_PORT`` …); None: ``fleet.ports_per_session``."""
+    run: str = ""
+    """The dev server a session's pane can start (``npm run dev -- --port $WORKSTATION_PORT``)."""
+    gate: str = ""
+    """The repository's test command: the merge queue's gate when the window runs it."""
 
 
 class TelemetrySettings(BaseSettings):
@@ -166,6 +202,8 @@ class Settings(BaseSettings):
     telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings)
     ui: UiSettings = Field(default_factory=UiSettings)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    repos: dict[str, RepoSettings] = Field(default_factory=dict)
+    """Per repository (its folder, ``~`` allowed): worktree bootstrap, ports, dev server, gate."""
 
     @classmethod
     def settings_customise_sources(

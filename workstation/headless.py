@@ -99,7 +99,9 @@ async def _fleet_demo(args: argparse.Namespace) -> int:
 
     import orjson
 
+    from workstation.agent.sandbox import SandboxPolicy
     from workstation.fleet import Fleet, real_agent_factory
+    from workstation.fleet.bootstrap import BootstrapOptions
     from workstation.fleet.demo_run import demo_specs, prepare_demo
 
     settings = load_settings()
@@ -119,7 +121,9 @@ async def _fleet_demo(args: argparse.Namespace) -> int:
         http = await stack.enter_async_context(make_http_client())
         fleet = Fleet(data_dir=settings.data_dir, endpoints=[endpoint],
                       agent_factory=real_agent_factory.from_settings(http, settings), http=http,
-                      max_generating=settings.fleet.max_generating, resume_on_start=False)
+                      max_generating=settings.fleet.max_generating, resume_on_start=False,
+                      sandbox=SandboxPolicy.from_settings(settings),
+                      bootstrap=BootstrapOptions.from_settings(settings))
         await fleet.start()
         stack.push_async_callback(fleet.aclose)
         scope = []

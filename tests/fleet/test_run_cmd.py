@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.fleet.agent_script import make_responder
+from tests.helpers.prerequisites import needs_bwrap
 from tests.helpers.scripted_server import ScriptedServer
 from workstation import cli
 from workstation.headless import render_table
@@ -114,3 +115,72 @@ def test_long_names_stay_apart() -> None:
 
     a, b = _fit("step-1-call-read-file-with-path-1", 20), _fit("step-1-call-read-file-with-path-2", 20)
     assert a != b and len(a) == 20 and a.endswith("path-1")
+
+
+def test_taskfile_bootstrap_keys(tmp_path: Path) -> None:
+    f = tmp_path / "t.toml"
+    f.write_text('''
+[defaults]
+repo = "."
+copy = [".env", { link = "node_modules" }]
+setup = "npm ci --offline"
+ports = 3
+run = "npm run dev -- --port $WORKSTATION_PORT"
+
+[[session]]
+task = "x"
+
+[[session]]
+task = "y"
+copy = []
+setup = ""
+''')
+    first, second = load_taskfile(f)
+    s = first.spec
+    assert (s.copy_files, s.link_files, s.setup_command, s.ports, s.run_command) == (
+        (".env",), ("node_modules",), "npm ci --offline", 3, "npm run dev -- --port $WORKSTATION_PORT")
+    s = second.spec  # a session's keys win over the defaults: here, no bootstrap at all
+    assert (s.copy_files, s.link_files, s.setup_command, s.ports) == ((), (), "", 3)
+    cases = {
+        "copy = '.env'": "copy must be a list",
+        "copy = [{ copy = 'x' }]": "neither a path nor {link",
+        "copy = [3]": "neither a path",
+        "ports = 0": "ports must be a whole number from 1 to 64",
+        "ports = true": "ports must be",
+        "setup = ['a']": "setup must be a string",
+        "run = 1": "run must be a string",
+    }
+    for line, message in cases.items():
+        f.write_text(f"[[session]]\ntask = 'x'\nrepo = '.'\n{line}\n")
+        with pytest.raises(UserError, match=re.escape(message)):
+            load_taskfile(f)
+
+
+@needs_bwrap  # the setup command runs unattended: only inside the sandbox
+def test_run_with_bootstrap_from_the_task_file(tmp_path: Path, git_repo: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    (git_repo / ".env").write_text("TOKEN_FILE=local\n")
+    tasks = tmp_path / "fleet.toml"
+    tasks.write_text(f'''
+[defaults]
+repo = "{git_repo}"
+auto_approve = "all"
+copy = [".env"]
+setup = "echo setup-saw-$WORKSTATION_PORT_2 > setup.txt; cat .env"
+ports = 2
+
+[[session]]
+task = "Note it. token=aa"
+count = 2
+''')
+    data = tmp_path / "data"
+    with ScriptedServer(responder=make_responder()).in_thread() as server:
+        code = _main(["--tasks", str(tasks), "--endpoint", server.base_url, "--api-key", server.api_key,
+                      "--model", server.model, "--json"], data)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    trees = sorted((data / "worktrees").glob("*/note-it-token-aa-*"))
+    assert len(trees) == 2
+    seen = {(tree / "setup.txt").read_text() for tree in trees}
+    assert len(seen) == 2 and all(s.startswith("setup-saw-2") for s in seen)  # two distinct ports
+    assert all((tree / ".env").read_text() == "TOKEN_FILE=local\n" for tree in trees)

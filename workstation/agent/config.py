@@ -55,6 +55,8 @@ class AgentConfig:
     """Command output kept for the model: head and tail, the middle elided."""
     sandbox: SandboxPolicy = field(default_factory=SandboxPolicy)
     """How commands are confined (bubblewrap, network, resource limits); see agent/sandbox.py."""
+    command_env: tuple[tuple[str, str], ...] = ()
+    """Variables commands get on top of the scrubbed environment (the session's ports)."""
     read_max_bytes: int = 400_000
     """Files larger than this are refused by read_file unless a line range is given."""
     max_tool_result_chars: int = 24_000

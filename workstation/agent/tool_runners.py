@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from workstation.agent import file_tools, search_tools
-from workstation.agent.commands import run_command
+from workstation.agent.commands import run_command, scrubbed_environment
 from workstation.agent.config import AgentConfig
 from workstation.agent.jail import PathJail
 from workstation.agent.tool_api import CallOptions, ToolError, ToolRun
@@ -68,6 +68,7 @@ async def execute_command(box: ToolContext, args: dict[str, Any], call: CallOpti
         command, str(box.jail.root), timeout_s=cfg.command_timeout_s,
         max_output_chars=min(cfg.command_output_max_chars, cfg.result_char_cap()), on_output=call.on_output,
         kill_grace_s=cfg.command_kill_grace_s, sandbox=cfg.sandbox, attended=call.attended,
+        env={**scrubbed_environment(), **dict(cfg.command_env)} if cfg.command_env else None,
     )
     return ToolRun(result.for_model(command, cfg.command_timeout_s), True)
 

@@ -148,9 +148,11 @@ async def _endpoints(args: argparse.Namespace, stack: contextlib.AsyncExitStack,
 
 
 async def _main(args: argparse.Namespace) -> int:
+    from workstation.agent.sandbox import SandboxPolicy
     from workstation.config import load_settings
     from workstation.engine.http import make_http_client
     from workstation.fleet import Fleet, real_agent_factory
+    from workstation.fleet.bootstrap import BootstrapOptions
     from workstation.headless import LiveTable, run_summary
 
     entries = _specs(args)  # usage mistakes before anything starts
@@ -167,7 +169,8 @@ async def _main(args: argparse.Namespace) -> int:
         fleet = Fleet(
             data_dir=settings.data_dir, endpoints=endpoints, agent_factory=real_agent_factory.from_settings(http, settings),
             http=http, max_generating=args.max_generating or settings.fleet.max_generating,
-            resume_on_start=args.resume,
+            resume_on_start=args.resume, sandbox=SandboxPolicy.from_settings(settings),
+            bootstrap=BootstrapOptions.from_settings(settings),
         )
         await fleet.start()
         stack.push_async_callback(fleet.aclose)
@@ -185,8 +188,9 @@ async def _main(args: argparse.Namespace) -> int:
                 for entry in entries:
                     made = await fleet.create_sessions(entry.spec, entry.count)
                     scope += [s.session_id for s in made]
-                for sid in scope:
-                    await fleet.start_session(sid)
+                for sid in scope:  # a session whose setup failed waits (its pane says why)
+                    if fleet.summary(sid).state is SessionState.READY:
+                        await fleet.start_session(sid)
             refresh = args.refresh_s or (1.0 if sys.stdout.isatty() else 15.0)
             table = LiveTable(sys.stdout, scope)
             drawer = asyncio.create_task(table.run(fleet, refresh, t0), name="run-table")

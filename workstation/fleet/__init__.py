@@ -35,6 +35,16 @@ Sessions (``SessionSpec`` → ``SessionSummary``)
     (worktree, branch and checkpoint refs go too), ``await disk_usage(sid)`` (bytes),
     ``set_mode(sid, "plan" | "act")``.
 
+Bootstrap and ports (``bootstrap.py``, ``ports.py``)
+    ``Fleet(…, sandbox=SandboxPolicy.from_settings(settings),
+    bootstrap=BootstrapOptions.from_settings(settings))``. Per repository (``repos`` in
+    settings, or the spec's ``copy_files`` / ``link_files`` / ``setup_command`` / ``ports`` /
+    ``run_command``): files copied or linked into each new worktree, a setup command run
+    once inside the sandbox (output in the transcript as a ``setup`` tool call; a failure
+    leaves the session ``FAILED`` and not started; ``run_setup(sid)`` runs it again). Every
+    session has its own block of ports (``fleet.ports.get(sid)``), in its commands'
+    environment as ``WORKSTATION_PORT``, ``WORKSTATION_PORT_COUNT``, ``WORKSTATION_PORT_1`` ….
+
 Running
     ``start_session(sid)``, ``start_all()``, ``pause(sid)`` / ``pause_all()`` (immediate: an
     in-flight model turn is dropped and retried on resume, a running tool is reported to the

@@ -51,6 +51,9 @@ class AgentSetup:
     generation_slot: Callable[[], AbstractAsyncContextManager[Any]]
     agent_meta: dict[str, Any] = field(default_factory=dict)
     """What the fleet kept of the agent's state besides messages (see :data:`META_KEYS`)."""
+    command_env: dict[str, str] = field(default_factory=dict)
+    """Variables the agent's commands get on top of the scrubbed environment (the
+    session's ports: ``WORKSTATION_PORT`` …)."""
 
 
 class AgentHandle(Protocol):
@@ -158,6 +161,8 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         )
         if spec.max_steps is not None:
             fields["max_turns"] = spec.max_steps
+        if setup.command_env:
+            fields["command_env"] = tuple(sorted(setup.command_env.items()))
         fields.update(self.overrides)
         config = AgentConfig(**fields)
         if self.prime:

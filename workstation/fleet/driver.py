@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -132,10 +132,12 @@ class SessionRunner:
         relaunch: Callable[[str], None],
         closing: Callable[[], bool],
         settle: Callable[[], None],
+        command_env: Callable[[str], Awaitable[dict[str, str]]] | None = None,
     ) -> None:
         """``relaunch(session_id)`` starts the session again (its engine moved meanwhile);
         ``closing()`` says the fleet is shutting down; ``settle()`` re-checks whether the
-        fleet has settled."""
+        fleet has settled; ``command_env(session_id)`` is what the session's commands get
+        besides the scrubbed environment (its ports)."""
         self._book = book
         self._store = store
         self._router = router
@@ -149,6 +151,7 @@ class SessionRunner:
         self._relaunch = relaunch
         self._closing = closing
         self._settle = settle
+        self._command_env = command_env
 
     async def history(self, session_id: str) -> list[dict[str, Any]]:
         """The messages a run of the session resumes from (rebuilt from the stored transcript)."""
@@ -165,6 +168,7 @@ class SessionRunner:
             spec=rec.spec, endpoint=endpoint, history=await self.history(session_id), user_message=message,
             on_event=on_event, approver=approver, generation_slot=self._gate.factory(session_id),
             agent_meta=dict(rec.agent_meta),
+            command_env=await self._command_env(session_id) if self._command_env is not None else {},
         )
         return await build_agent(self._factory, setup)
 

@@ -40,12 +40,14 @@ from workstation.fleet import review
 from workstation.fleet.agent_bridge import AgentFactory
 from workstation.fleet.approval_desk import ApprovalDesk
 from workstation.fleet.book import SessionBook
+from workstation.fleet.bootstrap import Bootstrapper, BootstrapOptions
 from workstation.fleet.driver import DriverRegistry, SessionRunner
 from workstation.fleet.engine_watch import EndpointWatcher
 from workstation.fleet.event_codec import decode
 from workstation.fleet.event_sink import SessionEventSink
 from workstation.fleet.gate import GenerationGate
 from workstation.fleet.gitproc import GitRunner
+from workstation.fleet.ports import PortBook
 from workstation.fleet.provision import (
     PreparedRepo,
     check_names_free,
@@ -85,7 +87,12 @@ class Fleet:
         store_path: Path | None = None,
         resume_on_start: bool = True,
         engine_poll_s: float = 2.0,
+        sandbox: Any = None,
+        bootstrap: BootstrapOptions | None = None,
     ) -> None:
+        """``sandbox``: the ``SandboxPolicy`` the fleet's own commands run under (a worktree's
+        setup, a dev server); None refuses them. ``bootstrap``: per-repository bootstrap and
+        the port range (``BootstrapOptions.from_settings``)."""
         self.data_dir = Path(data_dir)
         self.store = Store(store_path or self.data_dir / "store.sqlite3")
         self.git = GitRunner()
@@ -108,11 +115,16 @@ class Fleet:
         self.stats = SessionStats(self.book, emit=emit)
         self.sink = SessionEventSink(self.book, self.store, self.stats, emit=self.agent_event.emit)
         self.drivers = DriverRegistry()
+        options = bootstrap or BootstrapOptions()
+        self.ports = PortBook(self.store, options.port_range)
+        self.bootstrap = Bootstrapper(options=options, sandbox=sandbox, ports=self.ports, git=self.git,
+                                      emit_event=self.sink.on_agent_event)
         self.runner = SessionRunner(
             book=self.book, store=self.store, router=self.router, gate=self.gate, desk=self.desk,
             drivers=self.drivers, sink=self.sink, watcher=self.watcher, factory=agent_factory, http=http,
             relaunch=lambda sid: self._launch(sid, None), closing=lambda: self._closing,
             settle=self._update_settled,
+            command_env=lambda sid: self.bootstrap.command_env(sid, self.book.rec(sid).spec),
         )
         self.workspaces = WorkspaceOps(self.book, self.store, self.git, self.data_dir, emit=emit)
         self._creating = 0
@@ -126,6 +138,7 @@ class Fleet:
         """Open the store, bring back every session, resume the ones that were working,
         and look for orphaned worktrees."""
         await self.store.start()
+        await self.ports.load()
         records = await self.store.load_sessions()
         to_resume: list[str] = []
         for rec in records:
@@ -229,6 +242,7 @@ class Fleet:
                 self.git, spec, self.data_dir,
                 on_progress=lambda m, f: self.workspaces.progress(key, "clone", m, f),
             )
+            spec = await self.bootstrap.prepare_spec(spec, prepared.repo.path)
             names = self._names_for(spec, count)
             await check_names_free(self.git, prepared.repo, names, self.data_dir)
             await self.store.remember_repo(str(prepared.repo.path))
@@ -251,7 +265,8 @@ class Fleet:
             self._update_settled()
         if start:
             for sid in made:
-                await self.start_session(sid)
+                if self.book.rec(sid).state is S.READY:  # a failed setup waits for the user
+                    await self.start_session(sid)
         return [self.summary(sid) for sid in made]
 
     def _names_for(self, spec: SessionSpec, count: int) -> list[str]:
@@ -287,6 +302,7 @@ class Fleet:
         self.router.set_active(sid, True)
         rec.endpoint_name = endpoint.name
         await self.store.insert_session(rec)
+        await self.ports.allocate(sid, rec.spec.ports or self.bootstrap.options.default_ports)
         self.book.add(rec)
         self.changed.emit(SessionCreated(self.stats.summary(rec)))
         return sid
@@ -294,10 +310,36 @@ class Fleet:
     async def _build_worktree(self, sid: str, prepared: PreparedRepo) -> None:
         rec = self.book.rec(sid)
         self.workspaces.progress(sid, "worktree", f"creating worktree {rec.branch}", None)
-        await make_worktree(self.git, prepared, rec.name, self.data_dir,
-                            shared_links=rec.spec.shared_links)
+        path, _ = await make_worktree(self.git, prepared, rec.name, self.data_dir,
+                                      shared_links=rec.spec.shared_links)
+        await self.bootstrap.place(prepared.repo.path, path, rec.spec)
         self.workspaces.progress(sid, "worktree", "ready", 1.0)
-        self.book.set_state(sid, S.READY, "worktree created")
+        await self._run_setup(sid)
+
+    async def _run_setup(self, sid: str) -> None:
+        rec = self.book.rec(sid)
+        if rec.spec.setup_command:
+            self.workspaces.progress(sid, "setup", f"running {rec.spec.setup_command}", None)
+        outcome = await self.bootstrap.setup(sid, Path(rec.worktree_path), rec.spec)
+        if outcome is not None and not outcome.ok:
+            self.book.set_state(sid, S.FAILED, outcome.summary(), force=True)
+            return
+        if rec.state is S.PREPARING or (rec.state is S.FAILED and rec.error.startswith("setup")):
+            self.book.set_state(sid, S.READY, "worktree created" if outcome is None else outcome.summary(),
+                                force=True)
+
+    async def run_setup(self, session_id: str) -> None:
+        """Run the session's setup command again (after fixing what made it fail); a session
+        that failed only for its setup is ready again when it passes."""
+        rec = self.book.rec(session_id)
+        if rec.state.is_active or self.drivers.alive(session_id) or rec.state is S.PREPARING:
+            raise UserError(f"{rec.name} is working; pause or stop it before running its setup again")
+        if not rec.spec.setup_command:
+            raise UserError(f"{rec.name} has no setup command",
+                            hint="set `setup` for its repository (settings or the task file)")
+        if not Path(rec.worktree_path).is_dir():
+            raise UserError(f"the worktree of {rec.name} is gone ({rec.worktree_path})")
+        await self._run_setup(session_id)
 
     async def duplicate(self, session_id: str, count: int = 1, *, start: bool = False) -> list[SessionSummary]:
         """New sessions with the same task, repository, base and settings."""
@@ -410,6 +452,7 @@ class Fleet:
             await self.workspaces.undo_worktree(rec)
         self.book.forget(session_id)
         self.router.forget(session_id)
+        await self.ports.release(session_id)
         await self.store.delete_session(session_id)
         self.changed.emit(SessionRemoved(session_id, rec.name))
         self._update_settled()

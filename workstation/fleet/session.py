@@ -44,6 +44,18 @@ class SessionSpec:
     """Follow the repository's rules files (``AGENTS.md``, ``CLAUDE.md``, ``.clinerules``)."""
     rules_files: tuple[str, ...] = ()
     """Further rules files (absolute paths), after the repository's."""
+    copy_files: tuple[str, ...] | None = None
+    """Bootstrap: paths of the main checkout copied into the new worktree (``.env``, local
+    config). None (here and in the next four): what the repository's settings say; a
+    created session keeps the values it was made with."""
+    link_files: tuple[str, ...] | None = None
+    """Bootstrap: big ignored folders of the main checkout linked into the worktree."""
+    setup_command: str | None = None
+    """Bootstrap: run once in the new worktree, inside the sandbox; empty for none."""
+    ports: int | None = None
+    """Size of the session's port block (``WORKSTATION_PORT`` …)."""
+    run_command: str | None = None
+    """The session's dev server, started and stopped from its pane; empty for none."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -52,7 +64,7 @@ class SessionSpec:
     def from_json(cls, data: dict[str, Any]) -> SessionSpec:
         known = {f for f in cls.__dataclass_fields__}
         clean = {k: v for k, v in data.items() if k in known}
-        for key in ("auto_approve", "shared_links", "rules_files"):
+        for key in ("auto_approve", "shared_links", "rules_files", "copy_files", "link_files"):
             if key in clean and clean[key] is not None:
                 clean[key] = tuple(clean[key])
         return cls(**clean)
@@ -82,6 +94,9 @@ class SessionRecord:
     updated_at: float = field(default_factory=time.time)
     position: int = 0
     """Order in which sessions were created (tile order)."""
+    ready_at: float = 0.0
+    """When the user marked the session's work ready to merge (0: not marked); the merge
+    queue takes ready sessions in this order."""
 
     def summary(self, tokens_per_s: float = 0.0) -> SessionSummary:
         return SessionSummary(

@@ -16,6 +16,7 @@ import logging
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,6 +53,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     cached_tokens INTEGER NOT NULL DEFAULT 0,
     error TEXT NOT NULL DEFAULT '',
     agent_meta BLOB NOT NULL DEFAULT '{}',
+    ready_at REAL NOT NULL DEFAULT 0,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL
 );
@@ -78,7 +80,7 @@ CREATE TABLE IF NOT EXISTS repos (path TEXT PRIMARY KEY, last_used REAL NOT NULL
 _SESSION_COLUMNS = (
     "session_id", "name", "position", "state", "spec", "repo_path", "worktree_path", "branch",
     "base_branch", "start_commit", "endpoint_name", "prompt_tokens", "completion_tokens",
-    "cached_tokens", "error", "agent_meta", "created_at", "updated_at",
+    "cached_tokens", "error", "agent_meta", "ready_at", "created_at", "updated_at",
 )
 _UPDATABLE = frozenset(_SESSION_COLUMNS) - {"session_id", "created_at"}
 
@@ -148,6 +150,8 @@ class Store:
             columns = {r[1] for r in conn.execute("PRAGMA table_info(sessions)")}
             if "agent_meta" not in columns:  # stores made before the column existed
                 conn.execute("ALTER TABLE sessions ADD COLUMN agent_meta BLOB NOT NULL DEFAULT '{}'")
+            if "ready_at" not in columns:  # stores made before the merge queue
+                conn.execute("ALTER TABLE sessions ADD COLUMN ready_at REAL NOT NULL DEFAULT 0")
             row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is None:
                 conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -441,6 +445,32 @@ class Store:
 
         return await self._call(run)
 
+    async def transact(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn(connection)`` on the store's thread inside ``BEGIN IMMEDIATE … COMMIT``
+        (rolled back when it raises). The write lock is taken at BEGIN, so a read-then-write in
+        ``fn`` is atomic across every process that shares this store file (the port book
+        allocates with it)."""
+
+        def run() -> T:
+            assert self._conn is not None
+            with _transaction(self._conn):
+                return fn(self._conn)
+
+        return await self._call(run)
+
+    async def load_session(self, session_id: str) -> SessionRecord | None:
+        """One session as stored now (another process may have changed it)."""
+        await self.flush()
+
+        def run() -> SessionRecord | None:
+            assert self._conn is not None
+            row = self._conn.execute(
+                f"SELECT {','.join(_SESSION_COLUMNS)} FROM sessions WHERE session_id=?", (session_id,)
+            ).fetchone()
+            return None if row is None else _record(dict(zip(_SESSION_COLUMNS, row, strict=True)))
+
+        return await self._call(run)
+
     # ----- settings and repositories -----
     async def get_setting(self, key: str, default: Any = None) -> Any:
         def run() -> Any:
@@ -529,7 +559,7 @@ def _session_row(rec: SessionRecord) -> tuple[Any, ...]:
         rec.session_id, rec.name, rec.position, rec.state.value, orjson.dumps(rec.spec.to_json()),
         rec.repo_path, rec.worktree_path, rec.branch, rec.base_branch, rec.start_commit,
         rec.endpoint_name, rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens, rec.error,
-        orjson.dumps(rec.agent_meta), rec.created_at, rec.updated_at,
+        orjson.dumps(rec.agent_meta), rec.ready_at, rec.created_at, rec.updated_at,
     )
 
 
@@ -550,6 +580,7 @@ def _record(row: dict[str, Any]) -> SessionRecord:
         cached_tokens=row["cached_tokens"],
         error=row["error"],
         agent_meta=_meta(row["agent_meta"]),
+        ready_at=row["ready_at"] or 0.0,
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         position=row["position"],

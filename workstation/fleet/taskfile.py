@@ -11,6 +11,11 @@
     max_steps = 30
     rules = ["team-rules.md"]       # more rules files (the repository's AGENTS.md … always,
                                     #   unless rules = false)
+    # worktree bootstrap (per repository; settings' `repos` say the same where these are absent)
+    copy = [".env", { link = "node_modules" }]   # copied / linked from the main checkout
+    setup = "npm ci --offline"      # run once in each new worktree, inside the sandbox
+    ports = 2                       # WORKSTATION_PORT, WORKSTATION_PORT_1, _2 in commands
+    run = "npm run dev -- --port $WORKSTATION_PORT"   # dev server, started from the pane
 
     [[session]]
     task = "Add a --verbose flag to the CLI"
@@ -32,10 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from workstation.core.errors import UserError
+from workstation.fleet.bootstrap import split_copy_entries
+from workstation.fleet.ports import MAX_PORTS_PER_SESSION
 from workstation.fleet.session import SessionSpec
 
 _KEYS = {"task", "repo", "url", "name", "base", "mode", "auto_approve", "count", "max_steps",
-         "init", "endpoint", "temperature", "shared_links", "rules"}
+         "init", "endpoint", "temperature", "shared_links", "rules", "copy", "setup", "ports", "run"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +126,13 @@ def _entry(p: Path, where: str, d: dict[str, Any], headless: bool) -> TaskEntry:
     if not isinstance(links, list) or not all(isinstance(x, str) for x in links):
         raise UserError(f"task file {p}: {where}: shared_links must be a list of paths")
     rules, rules_files = _rules(p, where, d.get("rules", True))
+    copies = linked = None
+    if "copy" in d:
+        copies, linked = split_copy_entries(d["copy"], f"task file {p}: {where}")
+    ports = d.get("ports")
+    if ports is not None and (not isinstance(ports, int) or isinstance(ports, bool)
+                              or not 1 <= ports <= MAX_PORTS_PER_SESSION):
+        raise UserError(f"task file {p}: {where}: ports must be a whole number from 1 to {MAX_PORTS_PER_SESSION}")
     spec = SessionSpec(
         task=task.strip(), repo=repo or url or "", name=text("name"), base_branch=text("base"),
         clone=bool(url), init_if_plain=bool(d.get("init", False)), mode=text("mode", "act") or "act",
@@ -126,6 +140,8 @@ def _entry(p: Path, where: str, d: dict[str, Any], headless: bool) -> TaskEntry:
         endpoint=text("endpoint"), max_steps=max_steps,
         temperature=float(temperature) if temperature is not None else None,
         shared_links=tuple(links), rules=rules, rules_files=rules_files,
+        copy_files=copies, link_files=linked, setup_command=text("setup"), ports=ports,
+        run_command=text("run"),
     )
     return TaskEntry(spec, count)
 

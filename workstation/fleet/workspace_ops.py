@@ -45,8 +45,10 @@ class WorkspaceOps:
             if not Path(path).is_dir():  # deleted under the session: say so, not a git traceback
                 raise UserError(f"the {what} of {rec.name} is gone ({path})",
                                 hint="remove the session, or create it again")
+        # bootstrap files (.env, linked folders) are the environment, never the session's work
+        kept = (*rec.spec.shared_links, *(rec.spec.copy_files or ()), *(rec.spec.link_files or ()))
         return review.Workspace(Path(rec.repo_path), Path(rec.worktree_path), rec.branch,
-                                rec.base_branch, rec.start_commit, rec.spec.shared_links)
+                                rec.base_branch, rec.start_commit, kept)
 
     async def diff(self, session_id: str) -> review.SessionDiff:
         return await review.diff_against_base(self._git, self.workspace(session_id))
