@@ -40,6 +40,8 @@ class SessionSummary:
     error: str = ""
     """Why it failed, paused for the engine, or needs input, in plain words; empty otherwise."""
     created_at: float = 0.0
+    ready: bool = False
+    """Marked ready to merge (the merge queue takes it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +144,16 @@ class SessionIntegrated:
     """Paths in conflict when a merge or rebase was refused (and rolled back)."""
 
 
+@dataclass(frozen=True, slots=True)
+class SessionReadyChanged:
+    """A session was marked ready to merge, or the mark was taken back (also when it starts
+    working again: its work is changing)."""
+
+    session_id: str
+    ready: bool
+    message: str = ""
+
+
 FleetEvent = (
     SessionCreated
     | SessionStateChanged
@@ -153,4 +165,5 @@ FleetEvent = (
     | OrphanWorktreesFound
     | EndpointAvailabilityChanged
     | SessionIntegrated
+    | SessionReadyChanged
 )

@@ -254,6 +254,28 @@ async def _advance_base(git: GitRunner, ws: Workspace, checkout: Path | None, ba
                         hint=res.stderr.strip())
 
 
+async def uncommitted_paths(git: GitRunner, ws: Workspace) -> list[str]:
+    """What the session changed and did not commit (new files too; shared links and
+    bootstrap files left out)."""
+    _require_worktree(ws)
+    return await _dirty(git, ws.worktree_path, untracked=True, exclude=await _unignored_links(git, ws))
+
+
+async def move_branch(git: GitRunner, repo_path: Path, branch: str, old: str, new: str, *, why: str) -> None:
+    """Move ``branch`` from ``old`` to ``new`` by a fast-forward only: ``git merge --ff-only``
+    in the worktree that has it checked out (refused while that checkout has uncommitted
+    changes), else ``git update-ref`` guarded by ``old`` (refused when it moved meanwhile)."""
+    checkout = await _checkout_of(git, repo_path, branch)
+    if checkout is not None:
+        dirty = await _dirty(git, checkout, untracked=False)
+        if dirty:
+            raise UserError(
+                f"{branch} has uncommitted changes in {checkout} ({len(dirty)} file(s), e.g. {dirty[0]})",
+                hint="commit or stash them there first; nothing was changed")
+    ws = Workspace(repo_path, checkout or repo_path, why, branch, old)
+    await _advance_base(git, ws, checkout, f"refs/heads/{branch}", old, new)
+
+
 async def discard_changes(git: GitRunner, ws: Workspace, *, keep_commits: bool = False) -> IntegrateResult:
     """Throw away the session's work: uncommitted changes, and (unless ``keep_commits``) its
     commits too, back to the commit it started from. Ignored files stay."""

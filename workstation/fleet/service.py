@@ -47,6 +47,8 @@ from workstation.fleet.event_codec import decode
 from workstation.fleet.event_sink import SessionEventSink
 from workstation.fleet.gate import GenerationGate
 from workstation.fleet.gitproc import GitRunner
+from workstation.fleet.merge_desk import MergeDesk
+from workstation.fleet.merge_queue import MergeReport
 from workstation.fleet.ports import PortBook
 from workstation.fleet.provision import (
     PreparedRepo,
@@ -119,6 +121,9 @@ class Fleet:
         self.ports = PortBook(self.store, options.port_range)
         self.bootstrap = Bootstrapper(options=options, sandbox=sandbox, ports=self.ports, git=self.git,
                                       emit_event=self.sink.on_agent_event)
+        self.merges = MergeDesk(book=self.book, store=self.store, git=self.git, data_dir=self.data_dir,
+                                sandbox=sandbox, busy=self.drivers.alive, emit=emit,
+                                emit_event=self.sink.on_agent_event)
         self.runner = SessionRunner(
             book=self.book, store=self.store, router=self.router, gate=self.gate, desk=self.desk,
             drivers=self.drivers, sink=self.sink, watcher=self.watcher, factory=agent_factory, http=http,
@@ -360,6 +365,7 @@ class Fleet:
     # ================= running =================
     def _launch(self, session_id: str, message: str | None) -> None:
         rec = self.book.rec(session_id)
+        self.merges.working_again(session_id)
         self.drivers.launch(session_id, rec.name, lambda drive: self.runner.run(session_id, drive, message))
         self.book.set_state(session_id, S.QUEUED, "starting")
         self._update_settled()
@@ -523,6 +529,18 @@ class Fleet:
 
     async def discard(self, session_id: str, *, keep_commits: bool = False) -> review.IntegrateResult:
         return await self.workspaces.discard(session_id, keep_commits=keep_commits)
+
+    async def mark_ready(self, session_id: str, ready: bool = True, *, message: str | None = None) -> str | None:
+        """Mark a session's work ready to merge (its uncommitted changes are committed on its
+        branch first; returns that commit) or take the mark back."""
+        return await self.merges.mark_ready(session_id, ready, message=message)
+
+    async def merge_ready(self, *, into: str, gate: str, rebase: bool = False,
+                          names: Sequence[str] = ()) -> MergeReport:
+        """The merge queue over the ready sessions (``merge_queue.py``): target untouched
+        unless every session merged and passed ``gate``."""
+        self._require_open()
+        return await self.merges.merge_ready(into=into, gate=gate, rebase=rebase, names=names)
 
     async def disk_usage(self, session_id: str) -> int:
         """Bytes the session's worktree takes on disk (its files and its git bookkeeping)."""

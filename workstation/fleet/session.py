@@ -116,6 +116,7 @@ class SessionRecord:
             tokens_per_s=tokens_per_s,
             error=self.error,
             created_at=self.created_at,
+            ready=bool(self.ready_at),
         )
 
     def copy(self) -> SessionRecord:

@@ -25,6 +25,14 @@ from workstation.fleet.store import Checkpoint, Store
 from workstation.fleet.worktrees import disk_usage_bytes, find_orphans, remove_orphan, remove_worktree
 
 
+def workspace_of(rec: SessionRecord) -> review.Workspace:
+    """The git facts of a session's record. Bootstrap files (``.env``, linked folders) are the
+    environment, never the session's work: review leaves them out like shared links."""
+    kept = (*rec.spec.shared_links, *(rec.spec.copy_files or ()), *(rec.spec.link_files or ()))
+    return review.Workspace(Path(rec.repo_path), Path(rec.worktree_path), rec.branch,
+                            rec.base_branch, rec.start_commit, kept)
+
+
 class WorkspaceOps:
     def __init__(self, book: SessionBook, store: Store, git: GitRunner, data_dir: Path, *,
                  emit: Callable[[object], None]) -> None:
@@ -45,10 +53,7 @@ class WorkspaceOps:
             if not Path(path).is_dir():  # deleted under the session: say so, not a git traceback
                 raise UserError(f"the {what} of {rec.name} is gone ({path})",
                                 hint="remove the session, or create it again")
-        # bootstrap files (.env, linked folders) are the environment, never the session's work
-        kept = (*rec.spec.shared_links, *(rec.spec.copy_files or ()), *(rec.spec.link_files or ()))
-        return review.Workspace(Path(rec.repo_path), Path(rec.worktree_path), rec.branch,
-                                rec.base_branch, rec.start_commit, kept)
+        return workspace_of(rec)
 
     async def diff(self, session_id: str) -> review.SessionDiff:
         return await review.diff_against_base(self._git, self.workspace(session_id))
