@@ -154,6 +154,16 @@ class SessionReadyChanged:
     message: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class DevServerChanged:
+    """A session's dev server started (``url`` where it answers) or ended."""
+
+    session_id: str
+    running: bool
+    url: str = ""
+    message: str = ""
+
+
 FleetEvent = (
     SessionCreated
     | SessionStateChanged
@@ -166,4 +176,5 @@ FleetEvent = (
     | EndpointAvailabilityChanged
     | SessionIntegrated
     | SessionReadyChanged
+    | DevServerChanged
 )

@@ -45,6 +45,15 @@ Bootstrap and ports (``bootstrap.py``, ``ports.py``)
     session has its own block of ports (``fleet.ports.get(sid)``), in its commands'
     environment as ``WORKSTATION_PORT``, ``WORKSTATION_PORT_COUNT``, ``WORKSTATION_PORT_1`` ….
 
+Dev server and merge queue (``dev_server.py``, ``merge_queue.py``)
+    ``await start_dev_server(sid)`` → ``DevServerStatus`` (its ``url``), ``stop_dev_server(sid)``,
+    ``dev_server(sid)``: the repository's ``run`` command in the sandbox on the session's
+    ports (reached through the port bridge where the sandbox has no network), stopped with
+    the session (``DevServerChanged``). ``mark_ready(sid, ready=True)`` commits the session's
+    work and marks it (``SessionReadyChanged``); ``merge_ready(into=, gate=, rebase=False)``
+    → ``MergeReport`` merges the ready sessions in order in a trial worktree, gating each,
+    and moves the target only when all passed.
+
 Running
     ``start_session(sid)``, ``start_all()``, ``pause(sid)`` / ``pause_all()`` (immediate: an
     in-flight model turn is dropped and retried on resume, a running tool is reported to the

@@ -31,8 +31,10 @@ from typing import Any
 
 from workstation.core import agent_events as ev
 from workstation.core.errors import UserError
+from workstation.core.session_state import SessionState as S
+from workstation.fleet.book import SessionBook
 from workstation.fleet.gitproc import GitRunner
-from workstation.fleet.ports import DEFAULT_PORT_RANGE, MAX_PORTS_PER_SESSION, PortBook
+from workstation.fleet.ports import DEFAULT_PORT_RANGE, MAX_PORTS_PER_SESSION, PortBlock, PortBook
 from workstation.fleet.session import SessionSpec
 
 SETUP_TOOL = "setup"
@@ -248,13 +250,14 @@ class Bootstrapper:
     are the :class:`PortBook`'s, the records the book's."""
 
     def __init__(self, *, options: BootstrapOptions, sandbox: Any, ports: PortBook, git: GitRunner,
-                 emit_event: Callable[[str, object], None]) -> None:
+                 book: SessionBook, emit_event: Callable[[str, object], None]) -> None:
         """``emit_event(session_id, agent_event)`` puts an event into the session's transcript
         (stored and shown like the agent's own)."""
         self.options = options
         self.sandbox = sandbox
         self.ports = ports
         self._git = git
+        self._book = book
         self._emit_event = emit_event
         self._slots = asyncio.Semaphore(options.setups_at_once)
 
@@ -279,12 +282,32 @@ class Bootstrapper:
             return []
         return await self._git.blocking(place_files, main, worktree, boot)
 
-    async def command_env(self, session_id: str, spec: SessionSpec) -> dict[str, str]:
-        """What the session's commands get besides the scrubbed environment: its port block
-        (allocated now for a session made before blocks existed)."""
-        block = self.ports.get(session_id) or await self.ports.allocate(
+    async def port_block(self, session_id: str, spec: SessionSpec) -> PortBlock:
+        """The session's ports (allocated now for a session made before blocks existed)."""
+        return self.ports.get(session_id) or await self.ports.allocate(
             session_id, spec.ports or self.options.default_ports)
-        return block.env()
+
+    async def command_env(self, session_id: str, spec: SessionSpec) -> dict[str, str]:
+        """What the session's commands get besides the scrubbed environment: its port block."""
+        return (await self.port_block(session_id, spec)).env()
+
+    async def setup_session(self, session_id: str, *, again: bool = False) -> SetupOutcome | None:
+        """Run a session's setup and set its state: a new worktree is ready after it (failed
+        when it failed: not started, its pane says why); ``again`` for a session the user
+        asks to set up once more (ready again when it only failed for its setup)."""
+        rec = self._book.rec(session_id)
+        if again and not rec.spec.setup_command:
+            raise UserError(f"{rec.name} has no setup command",
+                            hint="set `setup` for its repository (settings or the task file)")
+        if not Path(rec.worktree_path).is_dir():
+            raise UserError(f"the worktree of {rec.name} is gone ({rec.worktree_path})")
+        outcome = await self.setup(session_id, Path(rec.worktree_path), rec.spec)
+        if outcome is not None and not outcome.ok:
+            self._book.set_state(session_id, S.FAILED, outcome.summary(), force=True)
+        elif rec.state is S.PREPARING or (rec.state is S.FAILED and rec.error.startswith("setup")):
+            self._book.set_state(session_id, S.READY,
+                                 "worktree created" if outcome is None else outcome.summary(), force=True)
+        return outcome
 
     async def setup(self, session_id: str, worktree: Path, spec: SessionSpec) -> SetupOutcome | None:
         """Run the session's setup command (None when it has none), its output into the

@@ -75,6 +75,29 @@ def slug_from_task(task: str, *, max_len: int = 32) -> str:
     return slug or "session"
 
 
+def session_names(name: str | None, task: str, count: int, taken: set[str]) -> list[str]:
+    """Names for ``count`` new sessions: ``name`` (``name-1`` … for several), or a slug of the
+    task numbered past the names ``taken``."""
+    taken = set(taken)
+    if name is not None:
+        base = validate_session_name(name)
+        names = [base] if count == 1 else [f"{base}-{i}" for i in range(1, count + 1)]
+        for n in names:
+            validate_session_name(n)
+            if n in taken:
+                raise UserError(f"a session named {n!r} already exists")
+        return names
+    base = slug_from_task(task)
+    names, i = [], 1
+    while len(names) < count:
+        n = base if (count == 1 and i == 1) else f"{base}-{i}"
+        if n not in taken:
+            names.append(n)
+            taken.add(n)
+        i += 1
+    return names
+
+
 async def inspect_repository(git: GitRunner, path: Path | str) -> RepoInfo:
     """Check that ``path`` is a usable repository and describe it.
 

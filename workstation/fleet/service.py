@@ -41,6 +41,7 @@ from workstation.fleet.agent_bridge import AgentFactory
 from workstation.fleet.approval_desk import ApprovalDesk
 from workstation.fleet.book import SessionBook
 from workstation.fleet.bootstrap import Bootstrapper, BootstrapOptions
+from workstation.fleet.dev_server import DevServers, DevServerStatus
 from workstation.fleet.driver import DriverRegistry, SessionRunner
 from workstation.fleet.engine_watch import EndpointWatcher
 from workstation.fleet.event_codec import decode
@@ -56,7 +57,7 @@ from workstation.fleet.provision import (
     make_worktree,
     prepare_repository,
 )
-from workstation.fleet.repos import inspect_repository, slug_from_task, validate_session_name
+from workstation.fleet.repos import inspect_repository, session_names
 from workstation.fleet.routing import Router
 from workstation.fleet.session import SessionRecord, SessionSpec
 from workstation.fleet.stats import SessionStats
@@ -120,7 +121,8 @@ class Fleet:
         options = bootstrap or BootstrapOptions()
         self.ports = PortBook(self.store, options.port_range)
         self.bootstrap = Bootstrapper(options=options, sandbox=sandbox, ports=self.ports, git=self.git,
-                                      emit_event=self.sink.on_agent_event)
+                                      book=self.book, emit_event=self.sink.on_agent_event)
+        self.servers = DevServers(sandbox=sandbox, emit=emit, emit_event=self.sink.on_agent_event)
         self.merges = MergeDesk(book=self.book, store=self.store, git=self.git, data_dir=self.data_dir,
                                 sandbox=sandbox, busy=self.drivers.alive, emit=emit,
                                 emit_event=self.sink.on_agent_event)
@@ -174,6 +176,7 @@ class Fleet:
         if self._closing:
             return
         self._closing = True
+        await self.servers.stop_all()
         await self.stats.aclose()
         await self.watcher.aclose()
         await self.drivers.end_all()
@@ -248,7 +251,7 @@ class Fleet:
                 on_progress=lambda m, f: self.workspaces.progress(key, "clone", m, f),
             )
             spec = await self.bootstrap.prepare_spec(spec, prepared.repo.path)
-            names = self._names_for(spec, count)
+            names = session_names(spec.name, spec.task, count, self.book.names())
             await check_names_free(self.git, prepared.repo, names, self.data_dir)
             await self.store.remember_repo(str(prepared.repo.path))
             for name in names:
@@ -273,26 +276,6 @@ class Fleet:
                 if self.book.rec(sid).state is S.READY:  # a failed setup waits for the user
                     await self.start_session(sid)
         return [self.summary(sid) for sid in made]
-
-    def _names_for(self, spec: SessionSpec, count: int) -> list[str]:
-        taken = self.book.names()
-        if spec.name is not None:
-            base = validate_session_name(spec.name)
-            names = [base] if count == 1 else [f"{base}-{i}" for i in range(1, count + 1)]
-            for name in names:
-                validate_session_name(name)
-                if name in taken:
-                    raise UserError(f"a session named {name!r} already exists")
-            return names
-        base = slug_from_task(spec.task)
-        names, i = [], 1
-        while len(names) < count:
-            name = base if (count == 1 and i == 1) else f"{base}-{i}"
-            if name not in taken:
-                names.append(name)
-                taken.add(name)
-            i += 1
-        return names
 
     async def _insert_session(self, spec: SessionSpec, prepared: PreparedRepo, name: str) -> str:
         sid = uuid.uuid4().hex[:12]
@@ -319,19 +302,9 @@ class Fleet:
                                       shared_links=rec.spec.shared_links)
         await self.bootstrap.place(prepared.repo.path, path, rec.spec)
         self.workspaces.progress(sid, "worktree", "ready", 1.0)
-        await self._run_setup(sid)
-
-    async def _run_setup(self, sid: str) -> None:
-        rec = self.book.rec(sid)
         if rec.spec.setup_command:
             self.workspaces.progress(sid, "setup", f"running {rec.spec.setup_command}", None)
-        outcome = await self.bootstrap.setup(sid, Path(rec.worktree_path), rec.spec)
-        if outcome is not None and not outcome.ok:
-            self.book.set_state(sid, S.FAILED, outcome.summary(), force=True)
-            return
-        if rec.state is S.PREPARING or (rec.state is S.FAILED and rec.error.startswith("setup")):
-            self.book.set_state(sid, S.READY, "worktree created" if outcome is None else outcome.summary(),
-                                force=True)
+        await self.bootstrap.setup_session(sid)
 
     async def run_setup(self, session_id: str) -> None:
         """Run the session's setup command again (after fixing what made it fail); a session
@@ -339,12 +312,7 @@ class Fleet:
         rec = self.book.rec(session_id)
         if rec.state.is_active or self.drivers.alive(session_id) or rec.state is S.PREPARING:
             raise UserError(f"{rec.name} is working; pause or stop it before running its setup again")
-        if not rec.spec.setup_command:
-            raise UserError(f"{rec.name} has no setup command",
-                            hint="set `setup` for its repository (settings or the task file)")
-        if not Path(rec.worktree_path).is_dir():
-            raise UserError(f"the worktree of {rec.name} is gone ({rec.worktree_path})")
-        await self._run_setup(session_id)
+        await self.bootstrap.setup_session(session_id, again=True)
 
     async def duplicate(self, session_id: str, count: int = 1, *, start: bool = False) -> list[SessionSummary]:
         """New sessions with the same task, repository, base and settings."""
@@ -425,6 +393,7 @@ class Fleet:
 
     async def stop(self, session_id: str) -> None:
         rec = self.book.rec(session_id)
+        await self.servers.stop(session_id)  # the dev server stops with its session
         if rec.state in (S.STOPPED, S.PREPARING) or rec.state in (S.DONE, S.FAILED):
             return
         await self._end_driver(session_id)
@@ -453,6 +422,7 @@ class Fleet:
         """Stop the session, delete its worktree, branch and checkpoint refs (unless
         ``keep_worktree``), and forget it."""
         rec = self.book.rec(session_id)
+        await self.servers.stop(session_id)
         await self._end_driver(session_id)
         if not keep_worktree:
             await self.workspaces.undo_worktree(rec)
@@ -541,6 +511,28 @@ class Fleet:
         unless every session merged and passed ``gate``."""
         self._require_open()
         return await self.merges.merge_ready(into=into, gate=gate, rebase=rebase, names=names)
+
+    async def start_dev_server(self, session_id: str, *, attended: bool = True) -> DevServerStatus:
+        """Start the session's dev server (its ``run`` command, ``dev_server.py``); ``attended``:
+        a person asked for it now (the pane), which matters only where bubblewrap cannot run."""
+        self._require_open()
+        rec = self.book.rec(session_id)
+        if not (rec.spec.run_command or "").strip():
+            raise UserError(f"{rec.name} has no dev server", hint="set `run` for its repository "
+                            "(settings' repos, or run = \"…\" in the task file)")
+        if not Path(rec.worktree_path).is_dir():
+            raise UserError(f"the worktree of {rec.name} is gone ({rec.worktree_path})")
+        block = await self.bootstrap.port_block(session_id, rec.spec)
+        return await self.servers.start(session_id, rec.spec.run_command or "", rec.worktree_path, block,
+                                        attended=attended)
+
+    async def stop_dev_server(self, session_id: str) -> bool:
+        """Stop the session's dev server; False when none ran."""
+        self.book.rec(session_id)
+        return await self.servers.stop(session_id)
+
+    def dev_server(self, session_id: str) -> DevServerStatus | None:
+        return self.servers.status(session_id)
 
     async def disk_usage(self, session_id: str) -> int:
         """Bytes the session's worktree takes on disk (its files and its git bookkeeping)."""
