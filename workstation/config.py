@@ -186,6 +186,20 @@ class SandboxSettings(BaseSettings):
     """More paths commands must not see (the app's data, ~/.ssh, ~/.aws … always are)."""
 
 
+class AgentSettings(BaseSettings):
+    """What every session's agent gets besides its task."""
+
+    model_config = SettingsConfigDict(extra="ignore")
+
+    mcp_config: Path | None = None
+    """An ``mcpServers`` JSON file (the usual shape: ``{"mcpServers": {"NAME": {"command": …,
+    "args": […], "env": {…}} | {"url": …}}}``): servers every session gets, besides its own."""
+    rules: bool = True
+    """Read each repository's rules files (``AGENTS.md``, ``CLAUDE.md``, ``.clinerules``)."""
+    rules_max_chars: int = 12_000
+    """Cap of a session's rules section (also at most ~15 % of the context window)."""
+
+
 class Settings(BaseSettings):
     """All settings of the app. Loaded from ``<data_dir>/settings.json`` and the environment."""
 
@@ -204,6 +218,7 @@ class Settings(BaseSettings):
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
     repos: dict[str, RepoSettings] = Field(default_factory=dict)
     """Per repository (its folder, ``~`` allowed): worktree bootstrap, ports, dev server, gate."""
+    agent: AgentSettings = Field(default_factory=AgentSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -3,13 +3,16 @@ images, a LoRA adapter — and that it reaches the requests the engine gets."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers.prerequisites import needs_bwrap
 from tests.helpers.scripted_server import Reply, ScriptedServer, ToolCall
 from workstation import cli
 from workstation.core.errors import UserError
@@ -72,3 +75,56 @@ def test_taskfile_rules_mistakes(tmp_path: Path) -> None:
         f.write_text(text)
         with pytest.raises(UserError, match=re.escape(message)):
             load_taskfile(f)
+
+
+@needs_bwrap
+def test_taskfile_mcp_servers_per_session(tmp_path: Path, git_repo: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    notes = Path(__file__).parents[1] / "agent" / "mcp_servers" / "notes_server.py"
+    common = tmp_path / "common.json"
+    common.write_text(json.dumps({"mcpServers": {"shared": {"command": sys.executable, "args": [str(notes)]}}}))
+    tasks = tmp_path / "fleet.toml"
+    tasks.write_text(f'''
+[defaults]
+repo = "{git_repo}"
+auto_approve = "read,mcp"
+
+[[session]]
+task = "with its own server token=own"
+name = "own"
+[session.mcp_servers.notes]
+command = "{sys.executable}"
+args = ["{notes}"]
+env = {{ NOTES_TAG = "own-tag" }}
+
+[[session]]
+task = "only the common one token=common"
+name = "common"
+''')
+
+    def respond(body: dict[str, Any], n: int) -> Reply:
+        names = {t["function"]["name"] for t in body.get("tools", [])}
+        done = any(m.get("role") == "tool" for m in body["messages"])
+        if done:
+            return Reply(tool_calls=[ToolCall("attempt_completion", {"result": "done"})])
+        if "mcp__notes__whereami" in names:
+            return Reply(tool_calls=[ToolCall("mcp__notes__whereami", {})])
+        return Reply(tool_calls=[ToolCall("mcp__shared__add", {"a": 1, "b": 2})])
+
+    with ScriptedServer(responder=respond).in_thread() as server:
+        assert run(["--tasks", str(tasks), "--mcp-config", str(common)], tmp_path / "data", server) == 0, \
+            capsys.readouterr()
+        by_task = {}
+        for r in server.requests:
+            task = next(m["content"] for m in r["messages"] if m["role"] == "user")
+            if "<task>" not in task:
+                continue  # the fleet's priming of the shared prefix
+            by_task.setdefault("own" if "token=own" in task else "common", []).append(r)
+    own_tools = {t["function"]["name"] for t in by_task["own"][0]["tools"]}
+    common_tools = {t["function"]["name"] for t in by_task["common"][0]["tools"]}
+    assert {"mcp__notes__whereami", "mcp__shared__add"} <= own_tools
+    assert "mcp__shared__add" in common_tools and not any(n.startswith("mcp__notes") for n in common_tools)
+    own_result = next(m for m in by_task["own"][-1]["messages"] if m["role"] == "tool")["content"]
+    assert "tag=own-tag" in own_result and "/worktrees/" in own_result  # in the session's worktree
+    common_result = next(m for m in by_task["common"][-1]["messages"] if m["role"] == "tool")["content"]
+    assert common_result == "3"

@@ -26,9 +26,9 @@ from workstation.agent.history import Message, valid_text
 from workstation.agent.protocols import tool_result_message
 from workstation.agent.sandbox_notices import notices, unattended_message
 from workstation.agent.sandbox_status import Confinement, sandbox_status
+from workstation.agent.tool_set import BUILTIN, ToolSet
 from workstation.agent.tool_specs import (
-    COMPLETION_TOOL, QUESTION_TOOL, SPECS_BY_NAME, TOOL_NAMES, ToolArgumentError, ToolError,
-    canonical_tool_name, normalize_arguments, summarize_call,
+    COMPLETION_TOOL, QUESTION_TOOL, ToolArgumentError, ToolError, normalize_arguments, summarize_call,
 )
 from workstation.agent.toolbox import Toolbox
 from workstation.agent.toolcalls import RawCall
@@ -101,6 +101,8 @@ class ToolCallRunner:
         self._between_steps = between_steps
         self._message_count = message_count
         self.work = WorkLog()
+        self.tools: ToolSet = BUILTIN
+        """The run's tools (the built-in ones and its MCP servers'); the agent sets it per run."""
         self._last_ok_call: tuple[str, dict[str, Any]] | None = None
 
     def forget_last_call(self) -> None:
@@ -130,12 +132,14 @@ class ToolCallRunner:
                   incomplete: bool = False) -> CallOutcome:
         """Run ``call`` of a reply. ``cut_off``: the reply ended at the token limit;
         ``incomplete``: its tool block was cut (text protocol)."""
-        name = canonical_tool_name(call.name)
-        if name is None:
-            return self._fail(call, {}, f"unknown tool '{call.name}'. The tools are: {', '.join(TOOL_NAMES)}.",
+        unusable = self.tools.translate(call)
+        if unusable is not None:
+            return self._fail(call, {}, unusable, protocol)
+        spec = self.tools.spec(call.name)
+        if spec is None:
+            return self._fail(call, {}, f"unknown tool '{call.name}'. The tools are: {', '.join(self.tools.names())}.",
                               protocol)
-        call.name = name
-        spec = SPECS_BY_NAME[name]
+        name = call.name = spec.name
         if incomplete and cut_off:
             return self._fail(call, {}, f"your {name} was cut off (the reply hit the token limit); "
                                         f"send shorter content, or split the work", protocol)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum
 
+from workstation.agent.mcp_servers import McpServer
 from workstation.agent.sandbox import SandboxPolicy
 from workstation.core.agent_events import AgentMode
 from workstation.core.approvals import ApprovalPolicy
@@ -77,6 +78,11 @@ class AgentConfig:
     """Further rules files (absolute paths) the session follows, after the repository's."""
     rules_max_chars: int = 12_000
     """Cap of the rules section (also at most ~15 % of the context window)."""
+    mcp_servers: tuple[McpServer, ...] = ()
+    """MCP servers whose tools the agent gets (``mcp__<server>__<tool>``), started for each run
+    and stopped with it (``agent/mcp/``)."""
+    mcp_start_timeout_s: float = 30.0
+    """How long one MCP server may take to start and list its tools."""
     rules_root: str = ""
     """Where the search for rules files starts (the worktree's root); empty: the agent's root.
     They are looked for from there down to the agent's root (its working folder)."""

@@ -23,12 +23,14 @@ from workstation.agent.history import (
     valid_message,
 )
 from workstation.agent.jail import JailError, PathJail
+from workstation.agent.mcp.hub import McpHub
 from workstation.agent.outcome import STATE_AFTER, AgentOutcome, TurnFailed, protocol_of
 from workstation.agent.protocols import (
     ReplyCalls, choose_protocol, is_context_overflow, is_tool_refusal, step_down, system_prompt,
     tool_result_message,
 )
 from workstation.agent.rules import Rules, load_rules, rules_cap
+from workstation.agent.tool_set import BUILTIN, ToolSet
 from workstation.agent.tool_specs import OPENAI_TOOLS, QUESTION_TOOL
 from workstation.agent.toolbox import Toolbox
 from workstation.agent.toolcalls import RawCall
@@ -155,8 +157,15 @@ class Agent:
         self._idle.clear()
         self._stop_requested = False
         self._run_prompt = self._run_completion = self._run_turns = 0
+        hub: McpHub | None = None
         try:
             try:
+                if self.config.mcp_servers:
+                    hub = McpHub(self.session_id, self.root, self.config.mcp_servers, self.config.sandbox,
+                                 user_present=self.config.user_present, emit=self._emit,
+                                 max_result_chars=self.config.result_char_cap(),
+                                 start_timeout_s=self.config.mcp_start_timeout_s)
+                    self._calls.tools = ToolSet(await hub.start())
                 outcome = await self._run()
             except asyncio.CancelledError:
                 if not self._stop_requested:
@@ -172,6 +181,9 @@ class Agent:
                 self._repair_tail()
                 outcome = self._outcome(RunStatus.FAILED, f"internal error: {exc!r}")
         finally:
+            if hub is not None:
+                await hub.aclose()  # in the run's own task: the servers' clients were entered here
+                self._calls.tools = BUILTIN
             self._run_task = None
             self._idle.set()
         self._set_state(STATE_AFTER[outcome.status], outcome.message)
@@ -339,9 +351,13 @@ class Agent:
 
     def _estimate_context(self) -> int:
         if self._usage_len == 0:
-            tools = _TOOLS_TOKENS if self._protocol is not ToolProtocol.TEXT else 0
+            tools = self._tools_tokens() if self._protocol is not ToolProtocol.TEXT else 0
             return estimate_tokens(self._messages) + tools
         return self._context_tokens + estimate_tokens(self._messages[self._usage_len:])
+
+    def _tools_tokens(self) -> int:
+        extra = self._calls.tools.openai[len(OPENAI_TOOLS):]
+        return _TOOLS_TOKENS + (len(message_json({"t": list(extra)})) // 3 if extra else 0)
 
     async def _between_steps(self) -> None:
         """Honour pause (and a stop that came while paused) at a step boundary."""
@@ -396,7 +412,7 @@ class Agent:
         rules = await asyncio.to_thread(self._load_rules)
         self._emit(ev.RulesLoaded(self.session_id, tuple(f.path for f in rules.files), rules.cut, rules.left_out,
                                   rules.skipped, sum(f.chars for f in rules.files)))
-        content = system_prompt(self._protocol)
+        content = self._system_base(self._protocol)
         if rules.section:
             content += "\n\n" + rules.section  # after the constant part: one repository, one prefix
         self._append({"role": "system", "content": content})
@@ -414,10 +430,18 @@ class Agent:
         old = self._protocol
         self._protocol = new
         self._emit(ev.ProtocolSelected(self.session_id, new, why))
-        if old is not None and system_prompt(old) != system_prompt(new) and self._messages:
-            current = str(self._messages[0].get("content") or "")
-            tail = current[len(system_prompt(old)):] if current.startswith(system_prompt(old)) else ""
-            self._replace_history([{"role": "system", "content": system_prompt(new) + tail}, *self._messages[1:]])
+        if old is not None and self._system_base(old) != self._system_base(new) and self._messages:
+            current, before = str(self._messages[0].get("content") or ""), self._system_base(old)
+            tail = current[len(before):] if current.startswith(before) else ""  # the rules stay
+            self._replace_history([{"role": "system", "content": self._system_base(new) + tail},
+                                   *self._messages[1:]])
+
+    def _system_base(self, protocol: ToolProtocol) -> str:
+        """The system prompt before the rules: constant, plus the MCP tools' section where the
+        protocol has no ``tools`` field (text)."""
+        base = system_prompt(protocol)
+        section = self._calls.tools.text_section() if protocol is ToolProtocol.TEXT else ""
+        return f"{base}\n\n{section}" if section else base
 
     def _max_tokens(self) -> int:
         room = self.config.context_window_tokens - self._estimate_context() - 64
@@ -460,7 +484,7 @@ class Agent:
         sid = self.session_id
         result = await stream_turn(self.client, self._messages, self._protocol, session_id=sid, turn=turn,
                                    max_tokens=self._max_tokens(), temperature=self.config.temperature,
-                                   emit=self._emit)
+                                   emit=self._emit, tools=self._calls.tools.openai)
         self._turns = turn
         self._run_turns += 1
         self._append(result.reply.message)

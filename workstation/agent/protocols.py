@@ -68,11 +68,12 @@ def system_prompt(protocol: ToolProtocol) -> str:
     return SYSTEM_PROMPT_TEXT if protocol is ToolProtocol.TEXT else SYSTEM_PROMPT_NATIVE
 
 
-def request_fields(protocol: ToolProtocol) -> dict[str, Any]:
-    """``tools`` / ``tool_choice`` keyword arguments of ``ChatClient.stream_chat``."""
+def request_fields(protocol: ToolProtocol, tools: tuple[dict[str, Any], ...] = OPENAI_TOOLS) -> dict[str, Any]:
+    """``tools`` / ``tool_choice`` keyword arguments of ``ChatClient.stream_chat`` (``tools``:
+    the built-in definitions, then a run's MCP tools)."""
     if protocol is ToolProtocol.TEXT:
         return {}
-    return {"tools": OPENAI_TOOLS, "tool_choice": "required" if protocol is ToolProtocol.TOOL_ONLY else "auto"}
+    return {"tools": tools, "tool_choice": "required" if protocol is ToolProtocol.TOOL_ONLY else "auto"}
 
 
 @dataclass(slots=True)

@@ -70,6 +70,9 @@ class ToolSpec:
     """The mark before the call's line in a pane's transcript."""
     line_counts: Callable[[dict[str, Any]], tuple[int, int]] | None = None
     """An edit: the (added, removed) lines its arguments propose."""
+    input_schema: dict[str, Any] | None = None
+    """A tool that brings its own JSON schema (an MCP server's): offered as is (not strict) and
+    its arguments passed through, checked only for being an object with the required keys."""
 
     def edit_line_counts(self, arguments: dict[str, Any]) -> tuple[int, int] | None:
         """(+added, −removed) lines the call proposes; None for a tool that is not an edit."""
@@ -98,6 +101,9 @@ class ToolSpec:
         }
 
     def openai(self) -> dict[str, Any]:
+        if self.input_schema is not None:
+            return {"type": "function", "function": {
+                "name": self.name, "description": self.description, "parameters": self.input_schema}}
         return {
             "type": "function",
             "function": {
@@ -259,6 +265,14 @@ def normalize_arguments(spec: ToolSpec, raw: Any) -> dict[str, Any]:
         raise ToolArgumentError(
             f"the arguments of {spec.name} must be a JSON object like {example_call(spec)}"
         )
+    if spec.input_schema is not None:
+        required = [k for k in spec.input_schema.get("required") or () if isinstance(k, str)]
+        missing = [k for k in required if k not in raw]
+        if missing:
+            names = ", ".join(f"'{m}'" for m in missing)
+            raise ToolArgumentError(f"{spec.name} is missing the required argument{'s' if len(missing) > 1 else ''} "
+                                    f"{names}. Its parameters: {orjson.dumps(spec.input_schema).decode()[:600]}")
+        return dict(raw)
     out: dict[str, Any] = {}
     for p in spec.params:
         value = raw.get(p.name)
@@ -276,6 +290,9 @@ def normalize_arguments(spec: ToolSpec, raw: Any) -> dict[str, Any]:
 
 
 def example_call(spec: ToolSpec) -> str:
+    if spec.input_schema is not None:
+        args = {k: "…" for k in spec.input_schema.get("required") or () if isinstance(k, str)}
+        return orjson.dumps({"name": spec.name, "arguments": args}).decode()
     args = {p.name: p.example for p in spec.params if p.required}
     return orjson.dumps({"name": spec.name, "arguments": args}).decode()
 
@@ -290,6 +307,9 @@ def summarize_call(tool: str, args: dict[str, Any]) -> str:
         return f"question: {args.get('question', '')}"
     if tool == COMPLETION_TOOL:
         return f"done: {args.get('result', '')}"
+    if tool.startswith("mcp__"):
+        shown = orjson.dumps(args).decode() if args else ""
+        return f"{tool} {shown[:120] + ('…' if len(shown) > 120 else '')}".rstrip()
     path = args.get("path")
     return f"{tool} {path}" if path is not None else tool
 

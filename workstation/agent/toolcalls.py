@@ -192,7 +192,13 @@ class TextBlock:
     complete: bool
 
 
-_OPEN_TAG = re.compile(r"<(" + "|".join(TOOL_NAMES) + r")>")
+USE_MCP_TOOL = "use_mcp_tool"
+"""The text protocol's one block for every MCP tool (Cline's): server, tool and JSON arguments."""
+_BLOCK_PARAMS: dict[str, tuple[str, ...]] = {
+    **{name: tuple(p.name for p in SPECS_BY_NAME[name].params) for name in TOOL_NAMES},
+    USE_MCP_TOOL: ("server_name", "tool_name", "arguments"),
+}
+_OPEN_TAG = re.compile(r"<(" + "|".join(_BLOCK_PARAMS) + r")>")
 
 
 def parse_text_protocol(content: str) -> list[TextBlock]:
@@ -215,13 +221,13 @@ def parse_text_protocol(content: str) -> list[TextBlock]:
         complete = close_at != -1
         body = content[body_start: close_at] if complete else content[body_start:]
         args: dict[str, str] = {}
-        for p in SPECS_BY_NAME[name].params:
-            open_p, close_p = f"<{p.name}>", f"</{p.name}>"
+        for param in _BLOCK_PARAMS[name]:
+            open_p, close_p = f"<{param}>", f"</{param}>"
             start = body.find(open_p)
             if start == -1:
                 continue
             start += len(open_p)
-            end = body.rfind(close_p) if p.name in ("content", "diff") else body.find(close_p, start)
+            end = body.rfind(close_p) if param in ("content", "diff", "arguments") else body.find(close_p, start)
             if end == -1 or end < start:
                 if complete:
                     continue
@@ -230,9 +236,9 @@ def parse_text_protocol(content: str) -> list[TextBlock]:
                 value = body[start:end]
             if value.startswith("\n"):
                 value = value[1:]
-            if value.endswith("\n") and p.name not in ("content",):
+            if value.endswith("\n") and param not in ("content",):
                 value = value[:-1]
-            args[p.name] = value if p.name in ("content", "diff") else value.strip()
+            args[param] = value if param in ("content", "diff") else value.strip()
         end_pos = close_at + len(close) if complete else len(content)
         blocks.append(TextBlock(name, args, end_pos, complete))
         pos = end_pos

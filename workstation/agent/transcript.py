@@ -108,6 +108,11 @@ def render_line(event: ev.AgentEvent) -> str | None:
             if sk:
                 line += f" (not read: {'; '.join(sk)})"
             return line
+        case ev.McpServerReady(server=sv, tools=t, error=e, confined=c):
+            if e:
+                return f"! MCP server {sv}: {e}"
+            where = "" if c else " (not confined: each call asks)"
+            return f"· MCP server {sv}: {len(t)} tool{'s' if len(t) != 1 else ''}{where}: {', '.join(t) or 'none'}"
         case ev.ModeChanged(mode=m):
             return f"· mode {m.value}"
         case ev.ToolCallStarted(summary=s):

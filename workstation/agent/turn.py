@@ -6,12 +6,14 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from workstation.agent.config import AgentConfig
 from workstation.agent.context import build_condensed, plan_condense, trim_tool_results
 from workstation.agent.history import Message, estimate_tokens
 from workstation.agent.prompts import CONDENSE_REQUEST
 from workstation.agent.protocols import ReplyCalls, native_reply, request_fields, text_reply
+from workstation.agent.tool_specs import OPENAI_TOOLS
 from workstation.agent.toolcalls import ToolCallAccumulator
 from workstation.core import agent_events as ev
 from workstation.core.agent_events import ToolProtocol
@@ -32,6 +34,7 @@ class TurnResult:
 async def stream_turn(
     client: ChatClient, messages: list[Message], protocol: ToolProtocol, *, session_id: str, turn: int,
     max_tokens: int, temperature: float | None, emit: Callable[[ev.AgentEvent], None],
+    tools: tuple[dict[str, Any], ...] = OPENAI_TOOLS,
 ) -> TurnResult:
     """Stream one completion, emitting text / reasoning / tool-call pieces as they come.
 
@@ -45,7 +48,7 @@ async def stream_turn(
     usage: Usage | None = None
     try:
         async for delta in client.stream_chat(messages, max_tokens=max_tokens, temperature=temperature,
-                                              **request_fields(protocol)):
+                                              **request_fields(protocol, tools)):
             if delta.content:
                 parts.append(delta.content)
                 emit(ev.TextStreamed(session_id, turn, delta.content))

@@ -50,6 +50,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="a further rules file to follow (repeatable); the repository's AGENTS.md, "
                           "CLAUDE.md and .clinerules are read from its root down to --repo by themselves")
     ctx.add_argument("--no-rules", action="store_true", help="do not read the repository's rules files")
+    ctx.add_argument("--mcp-config", metavar="FILE",
+                     help='MCP servers whose tools the agent gets, as mcp__<server>__<tool>: the usual '
+                          '{"mcpServers": {"NAME": {"command": …, "args": […], "env": {…}} | {"url": …}}} '
+                          "JSON (besides settings agent.mcp_config); stdio servers run in the sandbox")
     eng = p.add_argument_group("endpoint (default: the managed engine)")
     eng.add_argument("--endpoint", metavar="URL", help="an OpenAI-compatible server, e.g. http://127.0.0.1:8000")
     eng.add_argument("--api-key", default="", metavar="KEY")
@@ -169,6 +173,7 @@ async def _run(args: argparse.Namespace) -> int:
             raise UserError(f"--rules {name}: no such file")
         rules_files.append(str(path.resolve()))
     settings = load_settings()
+    mcp_servers = session_mcp_servers(settings, args.mcp_config)
     say = (lambda m: print(m, file=sys.stderr, flush=True))
     printer = _Printer(args.json)
     acquire = engine_endpoint(settings, url=args.endpoint, api_key=args.api_key, model=args.model, progress=say)
@@ -179,8 +184,9 @@ async def _run(args: argparse.Namespace) -> int:
             approval=policy, user_present=interactive, temperature=args.temperature,
             max_tokens_per_turn=min(args.max_tokens, max(256, window // 2)), context_window_tokens=window,
             max_turns=args.max_turns, command_timeout_s=args.command_timeout,
-            sandbox=SandboxPolicy.from_settings(settings), rules=not args.no_rules,
-            rules_files=tuple(rules_files), rules_root=str(worktree_root(repo)),
+            sandbox=SandboxPolicy.from_settings(settings), rules=settings.agent.rules and not args.no_rules,
+            rules_files=tuple(rules_files), rules_root=str(worktree_root(repo)), mcp_servers=mcp_servers,
+            rules_max_chars=settings.agent.rules_max_chars,
         )
         session = args.session or f"cli-{time.strftime('%Y%m%d-%H%M%S')}"
         agent = Agent(session, repo, args.task, ChatClient(http, endpoint), config, on_event=printer,
@@ -212,6 +218,14 @@ async def _run(args: argparse.Namespace) -> int:
     print(f"workstation: the agent did not finish: {outcome.status.value}: {outcome.message}{detail or ''}",
           file=sys.stderr, flush=True)
     return 130 if outcome.status is RunStatus.STOPPED else 1
+
+
+def session_mcp_servers(settings: Any, path: str | None) -> tuple:
+    """The app's MCP servers (settings) with those of ``--mcp-config`` over them."""
+    from workstation.agent.mcp_servers import load_servers, merge_servers
+
+    app = load_servers(settings.agent.mcp_config) if settings.agent.mcp_config else ()
+    return merge_servers(app, load_servers(path) if path else ())
 
 
 def worktree_root(folder: Path) -> Path:

@@ -62,6 +62,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="a further rules file every session follows (repeatable); each "
                             "repository's AGENTS.md, CLAUDE.md and .clinerules are read by themselves")
     agent.add_argument("--no-rules", action="store_true", help="do not read the repositories' rules files")
+    agent.add_argument("--mcp-config", metavar="FILE",
+                       help='MCP servers every session gets (the usual {"mcpServers": …} JSON); a task '
+                            "file's own mcp_config / mcp_servers win by name")
     eng = p.add_argument_group("engine")
     eng.add_argument("--endpoint", action="append", metavar="URL",
                      help="OpenAI-compatible endpoint (repeat for several); default: the managed engine")
@@ -121,6 +124,12 @@ def _specs(args: argparse.Namespace) -> list:  # list[TaskEntry]
         if not path.is_file():
             raise UserError(f"--rules {name}: no such file")
         extra_rules.append(str(path.resolve()))
+    if args.mcp_config:
+        from workstation.agent.mcp_servers import load_servers, merge_servers, servers_from_json, servers_json
+
+        common = load_servers(args.mcp_config)
+        entries = [TaskEntry(dataclasses.replace(e.spec, mcp_servers=servers_json(merge_servers(
+            common, servers_from_json(e.spec.mcp_servers)))), e.count) for e in entries]
     if extra_rules or args.no_rules:
         entries = [TaskEntry(dataclasses.replace(
             e.spec, rules=e.spec.rules and not args.no_rules,

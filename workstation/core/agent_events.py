@@ -108,6 +108,19 @@ class RulesLoaded:
 
 
 @dataclass(frozen=True, slots=True)
+class McpServerReady:
+    """An MCP server of the session started (its tools, as offered to the model), or could not
+    (``error`` says why; the session goes on without it)."""
+
+    session_id: str
+    server: str
+    tools: tuple[str, ...] = ()
+    error: str = ""
+    confined: bool = True
+    """Its program runs inside the session's sandbox (always true for a URL server)."""
+
+
+@dataclass(frozen=True, slots=True)
 class TurnStarted:
     session_id: str
     turn: int
@@ -312,7 +325,7 @@ class RunFinished:
 
 
 AgentEvent = (
-    AgentStateChanged | ModeChanged | ProtocolSelected | RulesLoaded | TurnStarted | TextStreamed
+    AgentStateChanged | ModeChanged | ProtocolSelected | RulesLoaded | McpServerReady | TurnStarted | TextStreamed
     | ReasoningStreamed | ToolCallStreamed | UsageReported | TurnFinished | ToolCallStarted
     | CommandOutputStreamed | ToolCallFinished | ApprovalRequested | ApprovalResolved
     | MistakeCounted | QuestionAsked | UserMessageAdded | CheckpointCreated

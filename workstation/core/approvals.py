@@ -23,6 +23,9 @@ class ToolCategory(str, Enum):
     """Runs a shell command."""
     OTHER = "other"
     """Anything else that acts on the world."""
+    MCP = "mcp"
+    """A tool of an MCP server (``mcp__<server>__<tool>``): it may do anything, so only ``mcp``
+    (or ``all``) approves it without asking — never ``edit``."""
     INTERACTION = "interaction"
     """Asking the user and finishing: never needs approval."""
 
@@ -49,6 +52,9 @@ DEFAULT_ALWAYS_ASK: tuple[str, ...] = (
 """Regular expressions (searched, case-sensitive) of commands that always need a person."""
 
 
+_ALL = frozenset({ToolCategory.READ, ToolCategory.EDIT, ToolCategory.COMMAND, ToolCategory.OTHER, ToolCategory.MCP})
+
+
 @dataclass(frozen=True, slots=True)
 class ApprovalPolicy:
     """Which tool categories run without asking, and which commands always ask."""
@@ -72,20 +78,20 @@ class ApprovalPolicy:
             if word in ("", "none"):
                 continue
             if word == "all":
-                cats.update({ToolCategory.READ, ToolCategory.EDIT, ToolCategory.COMMAND, ToolCategory.OTHER})
+                cats.update(_ALL)
                 continue
             if word in ("commands", "cmd"):
                 word = "command"
             try:
                 cats.add(ToolCategory(word))
             except ValueError:
-                known = ", ".join(["all", "none", "read", "edit", "command", "other"])
+                known = ", ".join(["all", "none", "read", "edit", "command", "other", "mcp"])
                 raise ValueError(f"unknown approval category '{word}' (known: {known})") from None
         return cls(auto_approve=frozenset(cats), always_ask=always_ask)
 
     @property
     def approves_all(self) -> bool:
-        return {ToolCategory.READ, ToolCategory.EDIT, ToolCategory.COMMAND, ToolCategory.OTHER} <= self.auto_approve
+        return _ALL <= self.auto_approve
 
     def matching_rule(self, command: str) -> str | None:
         """The deny-list pattern ``command`` matches, or None."""

@@ -108,6 +108,10 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         self.prime = prime
         self._windows: dict[str, int] = {}
         self._primed: dict[str, asyncio.Task[None]] = {}
+        self.app_mcp_servers: tuple[Any, ...] = ()
+        """MCP servers every session gets (settings ``agent.mcp_config``); a session's own
+        server of the same name wins."""
+        self.app_rules = True
 
     @classmethod
     def from_settings(cls, http: httpx.AsyncClient, settings: Any, **kwargs: Any) -> real_agent_factory:
@@ -116,7 +120,15 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         from workstation.agent.sandbox import SandboxPolicy
 
         overrides = {"sandbox": SandboxPolicy.from_settings(settings), **kwargs.pop("overrides", {})}
-        return cls(http, overrides=overrides, **kwargs)
+        agent = settings.agent
+        overrides.setdefault("rules_max_chars", agent.rules_max_chars)
+        made = cls(http, overrides=overrides, **kwargs)
+        made.app_rules = agent.rules
+        if agent.mcp_config is not None:
+            from workstation.agent.mcp_servers import load_servers
+
+            made.app_mcp_servers = load_servers(agent.mcp_config)
+        return made
 
     def endpoint_back(self, name: str) -> None:
         """The endpoint restarted: its caches are empty (prime again, ask its window again)."""
@@ -140,6 +152,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
 
     async def __call__(self, setup: AgentSetup) -> AgentHandle:
         from workstation.agent import Agent, AgentConfig, AgentSnapshot
+        from workstation.agent.mcp_servers import merge_servers, servers_from_json
         from workstation.agent.model_info import fetch_context_window
         from workstation.core.agent_events import AgentMode, ToolProtocol
         from workstation.core.approvals import ApprovalPolicy
@@ -157,7 +170,8 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         fields: dict[str, Any] = dict(
             mode=AgentMode(spec.mode), approval=policy, user_present=not spec.headless,
             temperature=spec.temperature, context_window_tokens=window,
-            rules=spec.rules, rules_files=tuple(spec.rules_files), rules_root=str(setup.root),
+            rules=spec.rules and self.app_rules, rules_files=tuple(spec.rules_files), rules_root=str(setup.root),
+            mcp_servers=merge_servers(self.app_mcp_servers, servers_from_json(spec.mcp_servers)),
         )
         if spec.max_steps is not None:
             fields["max_turns"] = spec.max_steps

@@ -56,6 +56,8 @@ class SessionSpec:
     """Size of the session's port block (``WORKSTATION_PORT`` …)."""
     run_command: str | None = None
     """The session's dev server, started and stopped from its pane; empty for none."""
+    mcp_servers: str = ""
+    """The session's own MCP servers, as ``{"mcpServers": …}`` JSON (besides the app's)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

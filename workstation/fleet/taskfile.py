@@ -11,11 +11,16 @@
     max_steps = 30
     rules = ["team-rules.md"]       # more rules files (the repository's AGENTS.md … always,
                                     #   unless rules = false)
+    mcp_config = "mcp.json"         # MCP servers in the usual {"mcpServers": …} JSON shape
     # worktree bootstrap (per repository; settings' `repos` say the same where these are absent)
     copy = [".env", { link = "node_modules" }]   # copied / linked from the main checkout
     setup = "npm ci --offline"      # run once in each new worktree, inside the sandbox
     ports = 2                       # WORKSTATION_PORT, WORKSTATION_PORT_1, _2 in commands
     run = "npm run dev -- --port $WORKSTATION_PORT"   # dev server, started from the pane
+
+    [defaults.mcp_servers.notes]    # … or inline, in the same shape (these win by name)
+    command = "python"
+    args = ["notes_server.py"]
 
     [[session]]
     task = "Add a --verbose flag to the CLI"
@@ -42,7 +47,8 @@ from workstation.fleet.ports import MAX_PORTS_PER_SESSION
 from workstation.fleet.session import SessionSpec
 
 _KEYS = {"task", "repo", "url", "name", "base", "mode", "auto_approve", "count", "max_steps",
-         "init", "endpoint", "temperature", "shared_links", "rules", "copy", "setup", "ports", "run"}
+         "init", "endpoint", "temperature", "shared_links", "rules", "copy", "setup", "ports", "run",
+         "mcp_config", "mcp_servers"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +139,7 @@ def _entry(p: Path, where: str, d: dict[str, Any], headless: bool) -> TaskEntry:
     if ports is not None and (not isinstance(ports, int) or isinstance(ports, bool)
                               or not 1 <= ports <= MAX_PORTS_PER_SESSION):
         raise UserError(f"task file {p}: {where}: ports must be a whole number from 1 to {MAX_PORTS_PER_SESSION}")
+    mcp = _mcp(p, where, d.get("mcp_config"), d.get("mcp_servers"))
     spec = SessionSpec(
         task=task.strip(), repo=repo or url or "", name=text("name"), base_branch=text("base"),
         clone=bool(url), init_if_plain=bool(d.get("init", False)), mode=text("mode", "act") or "act",
@@ -141,7 +148,7 @@ def _entry(p: Path, where: str, d: dict[str, Any], headless: bool) -> TaskEntry:
         temperature=float(temperature) if temperature is not None else None,
         shared_links=tuple(links), rules=rules, rules_files=rules_files,
         copy_files=copies, link_files=linked, setup_command=text("setup"), ports=ports,
-        run_command=text("run"),
+        run_command=text("run"), mcp_servers=mcp,
     )
     return TaskEntry(spec, count)
 
@@ -161,3 +168,18 @@ def _rules(p: Path, where: str, value: Any) -> tuple[bool, tuple[str, ...]]:
             raise UserError(f"task file {p}: {where}: rules file {name} does not exist ({path})")
         files.append(str(path))
     return True, tuple(files)
+
+
+def _mcp(p: Path, where: str, config: Any, inline: Any) -> str:
+    """The session's MCP servers (``mcp_config`` file, then ``mcp_servers`` inline) as JSON."""
+    from workstation.agent.mcp_servers import load_servers, merge_servers, parse_servers, servers_json
+
+    servers: tuple = ()
+    if config is not None:
+        if not isinstance(config, str):
+            raise UserError(f"task file {p}: {where}: mcp_config must be the path of an mcpServers JSON file")
+        path = Path(config).expanduser()
+        servers = load_servers(path if path.is_absolute() else p.parent / path)
+    if inline is not None:
+        servers = merge_servers(servers, parse_servers(inline, f"task file {p}: {where}: mcp_servers"))
+    return servers_json(servers)
