@@ -160,7 +160,13 @@ def calc_repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def fleet_ui(qtbot, qloop, settings, calc_repo: Path) -> Iterator[FleetUI]:  # type: ignore[no-untyped-def]
+def fleet_options(settings) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+    """More arguments of the window's fleet (a test module overrides this fixture)."""
+    return {}
+
+
+@pytest.fixture
+def fleet_ui(qtbot, qloop, settings, calc_repo: Path, fleet_options: dict[str, Any]) -> Iterator[FleetUI]:  # type: ignore[no-untyped-def]
     from workstation.engine.http import make_http_client
     from workstation.fleet.agent_bridge import real_agent_factory
     from workstation.fleet.service import Fleet
@@ -173,7 +179,7 @@ def fleet_ui(qtbot, qloop, settings, calc_repo: Path) -> Iterator[FleetUI]:  # t
         fleet = Fleet(data_dir=settings.data_dir, endpoints=[server.endpoint],
                       agent_factory=real_agent_factory(http, context_window_tokens=8192,
                                                        overrides={"retry_backoff_s": 0.01}),
-                      http=http, max_generating=8, engine_poll_s=0.2)
+                      http=http, max_generating=8, engine_poll_s=0.2, **fleet_options)
         window = MainWindow(settings)
         bridge = FleetBridge(fleet, window)
         window.attach_bridge(bridge)

@@ -81,7 +81,7 @@ def split_copy_entries(entries: Any, where: str) -> tuple[tuple[str, ...], tuple
     return tuple(copies), tuple(links)
 
 
-def _repo_settings(repos: Mapping[str, Any], repo_path: Path) -> Any | None:
+def repo_settings(repos: Mapping[str, Any], repo_path: Path) -> Any | None:
     """The settings entry for the repository at ``repo_path`` (keys are folders, ``~`` allowed)."""
     want = os.path.realpath(repo_path)
     for key, value in repos.items():
@@ -94,7 +94,7 @@ def resolve_spec(spec: SessionSpec, repo_path: Path, repos: Mapping[str, Any], *
                  default_ports: int = 1) -> SessionSpec:
     """The spec with every bootstrap field decided: its own value, else the repository's
     settings (``workstation.config.RepoSettings``), else none (``default_ports`` ports)."""
-    conf = _repo_settings(repos, repo_path)
+    conf = repo_settings(repos, repo_path)
     copies, links = spec.copy_files, spec.link_files
     if copies is None and links is None and conf is not None:
         copies, links = split_copy_entries(list(conf.copy_files), f"settings repos[{repo_path}]")

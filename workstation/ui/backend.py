@@ -43,6 +43,30 @@ class EngineView:
     profiles: tuple[str, ...] = field(default_factory=tuple)
 
 
+@dataclass(frozen=True, slots=True)
+class SessionTools:
+    """What a pane's menu offers for one session (its worktree tools)."""
+
+    ready: bool = False
+    """Marked ready to merge."""
+    working: bool = False
+    """Its agent works: it cannot be marked ready or set up again now."""
+    run_command: str = ""
+    """Its dev server command; empty when its repository has none."""
+    server_url: str = ""
+    """Where its dev server answers; empty when none runs."""
+    setup_command: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class MergePlan:
+    """What the merge dialog starts from: the ready sessions in queue order, a target, a gate."""
+
+    names: tuple[str, ...] = ()
+    into: str = ""
+    gate: str = ""
+
+
 class SessionCommands(Protocol):
     async def create_sessions(self, request: NewSessionRequest) -> None: ...
     async def start_all(self) -> None: ...
@@ -55,6 +79,12 @@ class SessionCommands(Protocol):
     async def integrate(self, session_id: str, action: str) -> None: ...
     def endpoint_names(self) -> list[str]: ...
     def recent_repositories(self) -> list[str]: ...
+    def session_tools(self, session_id: str) -> SessionTools: ...
+    async def mark_ready(self, session_id: str, ready: bool) -> None: ...
+    async def dev_server(self, session_id: str, start: bool) -> None: ...
+    async def run_setup(self, session_id: str) -> None: ...
+    def merge_plan(self) -> MergePlan: ...
+    async def merge_ready(self, into: str, gate: str, rebase: bool) -> str: ...
 
 
 class EngineControl(Protocol):

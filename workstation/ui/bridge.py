@@ -42,7 +42,7 @@ def info_from_summary(summary: fe.SessionSummary) -> PaneInfo:
         session_id=summary.session_id, name=summary.name, repo=repo, branch=summary.branch,
         mode=summary.mode.capitalize() if summary.mode else "", state=summary.state,
         tokens=summary.prompt_tokens + summary.completion_tokens,
-        tokens_per_s=summary.tokens_per_s, detail=summary.error,
+        tokens_per_s=summary.tokens_per_s, detail=summary.error, ready=summary.ready,
     )
 
 
@@ -214,9 +214,27 @@ class FleetBridge(QObject):
             extra = f" (conflicts: {', '.join(event.conflicts)})" if event.conflicts else ""
             self.message.emit(f"{event.action} of {name} {verdict}: {event.message}{extra}")
             self.integrated.emit(event)
+        elif isinstance(event, (fe.SessionReadyChanged, fe.DevServerChanged)):
+            self._worktree_tool_changed(event)
         elif isinstance(event, fe.OrphanWorktreesFound):
             if event.orphans:
                 self.message.emit(f"{len(event.orphans)} worktree(s) no session owns; see Sessions → Clean up")
+
+    def _worktree_tool_changed(self, event: fe.SessionReadyChanged | fe.DevServerChanged) -> None:
+        pane = self.window.panes.get(event.session_id)
+        name = pane.info.name if pane is not None else event.session_id
+        if isinstance(event, fe.SessionReadyChanged):
+            if pane is not None:
+                pane.info.ready = event.ready
+            word = "ready to merge" if event.ready else "no longer marked ready"
+            self.message.emit(f"{name} {word}" + (f" ({event.message})" if event.message else ""))
+        else:
+            if pane is not None:
+                pane.info.server_url = event.url if event.running else ""
+            self.message.emit(f"{name}: dev server at {event.message}" if event.running
+                              else f"{name}: {event.message}")
+        if pane is not None:
+            pane.header.update()
 
     def _add(self, summary: fe.SessionSummary) -> None:
         if summary.session_id in self.window.panes:

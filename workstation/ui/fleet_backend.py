@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 from workstation.core.approvals import ApprovalDecision
 from workstation.core.errors import UserError
 from workstation.core.session_state import SessionState
 from workstation.fleet.session import SessionSpec
-from workstation.ui.backend import NewSessionRequest
+from workstation.ui.backend import MergePlan, NewSessionRequest, SessionTools
 
 AUTO_APPROVE_CATEGORIES = {
     "ask": ("read",),
@@ -105,6 +106,46 @@ class FleetCommands:
             await self.fleet.discard(session_id)
         else:
             raise UserError(f"unknown action {action!r}")
+
+    # ----- worktree tools: ready mark, dev server, setup, merge queue -----
+    def session_tools(self, session_id: str) -> SessionTools:
+        rec = self.fleet.record(session_id)
+        server = self.fleet.dev_server(session_id)
+        return SessionTools(
+            ready=bool(rec.ready_at), working=rec.state.is_active or rec.state is SessionState.PREPARING,
+            run_command=rec.spec.run_command or "", server_url=server.url if server is not None else "",
+            setup_command=rec.spec.setup_command or "")
+
+    async def mark_ready(self, session_id: str, ready: bool) -> None:
+        await self.fleet.mark_ready(session_id, ready)
+
+    async def dev_server(self, session_id: str, start: bool) -> None:
+        if start:
+            await self.fleet.start_dev_server(session_id, attended=True)
+        else:
+            await self.fleet.stop_dev_server(session_id)
+
+    async def run_setup(self, session_id: str) -> None:
+        await self.fleet.run_setup(session_id)
+
+    def merge_plan(self) -> MergePlan:
+        """The ready sessions in the order marked; the first one's base branch and its
+        repository's gate (settings' ``repos``) as the defaults."""
+        from workstation.fleet.bootstrap import repo_settings
+
+        ready = sorted((self.fleet.record(s.session_id) for s in self.fleet.sessions() if s.ready),
+                       key=lambda r: r.ready_at)
+        if not ready:
+            return MergePlan()
+        conf = repo_settings(self.fleet.bootstrap.options.repos, Path(ready[0].repo_path))
+        return MergePlan(tuple(r.name for r in ready), ready[0].base_branch, conf.gate if conf is not None else "")
+
+    async def merge_ready(self, into: str, gate: str, rebase: bool) -> str:
+        report = await self.fleet.merge_ready(into=into, gate=gate, rebase=rebase)
+        if report.ok:
+            return f"merge queue: {len(report.merged)} session(s) merged into {into}: {', '.join(report.merged)}"
+        return (f"merge queue stopped{' at ' + report.stopped_at if report.stopped_at else ''}: "
+                f"{report.reason}; {into} is unchanged")
 
     def endpoint_names(self) -> list[str]:
         return [e.name for e in self.fleet.router.endpoints]

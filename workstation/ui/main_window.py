@@ -37,6 +37,7 @@ from workstation.ui.panes.session_pane import PaneInfo, SessionPane
 from workstation.ui.panes.tile_grid import TileGrid
 from workstation.ui.panes.transcript_doc import TranscriptDoc
 from workstation.ui.sandbox_banner import SandboxBanner
+from workstation.ui.session_actions import SessionActions
 from workstation.ui.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
@@ -138,7 +139,9 @@ class MainWindow(QMainWindow):
         self.approve_all_action = QAction(safe_icon("approve"), "Approve", self)
         self.approve_all_action.setToolTip("Approve every pending request (Ctrl+Shift+A)")
         self.layout_action = QAction(safe_icon("layout"), "Layout", self)
-        for action in (self.new_action, self.start_all_action, self.pause_all_action, self.approve_all_action):
+        self.session_actions = SessionActions(self)  # pane menus (ready, dev server, setup), merge queue
+        for action in (self.new_action, self.start_all_action, self.pause_all_action, self.approve_all_action,
+                       self.session_actions.merge_action):
             bar.addAction(action)
         layout_menu = QMenu(self)
         self.per_page_actions: dict[int, QAction] = {}
@@ -248,6 +251,7 @@ class MainWindow(QMainWindow):
         pane.approve.connect(lambda p=pane: self._approve_pane(p))
         pane.deny.connect(lambda text, p=pane: self._deny_pane(p, text))
         pane.edit.connect(lambda args, p=pane: self._approve_pane(p, args))
+        self.session_actions.attach(pane)
         self.grid.add_pane(pane)
         self.attention.state_changed(info.session_id, info.name, None, info.state)
         self._update_counts()

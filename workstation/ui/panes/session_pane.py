@@ -8,7 +8,15 @@ from collections import deque
 from dataclasses import dataclass
 
 from PySide6.QtCore import QRect, QRectF, QSize, Qt, Signal
-from PySide6.QtGui import QFontMetrics, QMouseEvent, QPainter, QPaintEvent, QPalette, QPen
+from PySide6.QtGui import (
+    QContextMenuEvent,
+    QFontMetrics,
+    QMouseEvent,
+    QPainter,
+    QPaintEvent,
+    QPalette,
+    QPen,
+)
 from PySide6.QtWidgets import QFrame, QSizePolicy, QVBoxLayout, QWidget
 
 from workstation.core.session_state import SessionState
@@ -35,6 +43,10 @@ class PaneInfo:
     """From the fleet; None until it reports (the pane then measures what it shows)."""
     detail: str = ""
     """Why it failed or waits, in plain words."""
+    ready: bool = False
+    """Marked ready to merge."""
+    server_url: str = ""
+    """Where its dev server answers; empty when none runs."""
 
 
 def compact_count(value: float) -> str:
@@ -107,7 +119,9 @@ class PaneHeader(QWidget):
         state_w = fm.horizontalAdvance(state_text) + 8
         p.setPen(colour if info.state is not SessionState.RUNNING else dim)
         p.drawText(QRect(0, 2 + row, w - 5, row), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, state_text)
-        where = " · ".join(part for part in (info.repo, info.branch, info.mode) if part)
+        server = f"▶ :{info.server_url.rstrip('/').rsplit(':', 1)[-1]}" if info.server_url else ""
+        marks = (info.repo, info.branch, info.mode, "✓ ready" if info.ready else "", server)
+        where = " · ".join(part for part in marks if part)
         p.setPen(dim)
         where = fm.elidedText(where, Qt.TextElideMode.ElideMiddle, max(10, w - 10 - state_w))
         p.drawText(QRect(5, 2 + row, w - 10 - state_w, row), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, where)
@@ -125,6 +139,8 @@ class SessionPane(QFrame):
     approve = Signal()
     deny = Signal(str)
     edit = Signal(str)
+    menu_requested = Signal(object)
+    """A right-click: the ``QPoint`` (global) where the session's menu opens."""
 
     def __init__(self, info: PaneInfo, doc: TranscriptDoc, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -216,6 +232,10 @@ class SessionPane(QFrame):
 
     def mouseDoubleClickEvent(self, event: QMouseEvent) -> None:  # noqa: N802
         self.activated.emit()
+
+    def contextMenuEvent(self, event: QContextMenuEvent) -> None:  # noqa: N802
+        self.focus_requested.emit()
+        self.menu_requested.emit(event.globalPos())
 
     def sizeHint(self) -> QSize:  # noqa: N802
         return QSize(240, 200)
