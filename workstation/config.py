@@ -198,6 +198,9 @@ class AgentSettings(BaseSettings):
     """Read each repository's rules files (``AGENTS.md``, ``CLAUDE.md``, ``.clinerules``)."""
     rules_max_chars: int = 12_000
     """Cap of a session's rules section (also at most ~15 % of the context window)."""
+    model_takes_images: bool | None = None
+    """Whether the served model takes images; None decides from its ``config.json`` (where the
+    folder the server reports is readable here). Images go only to a model that takes them."""
 
 
 class Settings(BaseSettings):

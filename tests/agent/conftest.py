@@ -79,12 +79,12 @@ def make_agent(http: httpx.AsyncClient, git_repo: Path) -> Callable[..., tuple[A
 
     def build(srv: ScriptedServer, *, root: Path | None = None, task: str = "do the task",
               approver: Any = None, slot: Any = None, snapshot: Any = None, history: Any = None,
-              session_id: str = "s1", **config: Any) -> tuple[Agent, Recorder]:
+              session_id: str = "s1", task_images: Any = (), **config: Any) -> tuple[Agent, Recorder]:
         rec = Recorder()
         cfg = AgentConfig(**{**FAST, **config})
         agent = Agent(session_id, root or git_repo, task, ChatClient(http, srv.endpoint), cfg,
                       on_event=rec, approver=approver, generation_slot=slot, snapshot=snapshot,
-                      history=history)
+                      history=history, task_images=task_images)
         return agent, rec
 
     return build

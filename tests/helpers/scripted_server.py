@@ -143,9 +143,15 @@ class ScriptedServer:
         native_tools: bool = True,
         max_model_len: int = 8192,
         responder: Callable[[dict[str, Any], int], Reply | Fault] | None = None,
+        model_root: str | None = None,
+        adapters: dict[str, str] | None = None,
     ) -> None:
+        """``model_root``: the folder ``/v1/models`` reports as the model's ``root`` (vLLM
+        reports the served folder); ``adapters``: LoRA adapters it lists, name → folder."""
         self.script: list[Entry] = list(script)
         self.model = model
+        self.model_root = model_root
+        self.adapters = dict(adapters or {})
         self.api_key = api_key
         self.native_tools = native_tools
         self.max_model_len = max_model_len
@@ -294,9 +300,11 @@ class ScriptedServer:
             return await self._send(writer, 401, self._error_body(401, "Unauthorized"))
         if path == "/v1/models" and method == "GET":
             card = {"id": self.model, "object": "model", "created": int(time.time()),
-                    "owned_by": "vllm", "root": self.model, "parent": None,
+                    "owned_by": "vllm", "root": self.model_root or self.model, "parent": None,
                     "max_model_len": self.max_model_len}
-            return await self._send(writer, 200, orjson.dumps({"object": "list", "data": [card]}))
+            cards = [card, *({"id": name, "object": "model", "owned_by": "vllm", "root": root,
+                              "parent": self.model, "max_model_len": None} for name, root in self.adapters.items())]
+            return await self._send(writer, 200, orjson.dumps({"object": "list", "data": cards}))
         if path != "/v1/chat/completions" or method != "POST":
             return await self._send(writer, 404, self._error_body(404, f"no route {method} {path}"))
         try:

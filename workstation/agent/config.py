@@ -83,6 +83,9 @@ class AgentConfig:
     and stopped with it (``agent/mcp/``)."""
     mcp_start_timeout_s: float = 30.0
     """How long one MCP server may take to start and list its tools."""
+    takes_images: bool | None = None
+    """Whether the model takes images (from its config, ``model_info.fetch_takes_images``);
+    images go to it only when True, else they are refused with the reason."""
     rules_root: str = ""
     """Where the search for rules files starts (the worktree's root); empty: the agent's root.
     They are looked for from there down to the agent's root (its working folder)."""

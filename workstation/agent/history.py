@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from workstation.agent.images import IMAGE_TOKENS_GUESS
 from workstation.agent.prompts import INTERRUPTED_RESULT, text_tool_result
 from workstation.agent.toolcalls import parse_text_protocol
 from workstation.core.agent_events import AgentMode, ToolProtocol
@@ -105,8 +106,17 @@ def messages_json(messages: list[Message]) -> str:
 
 
 def estimate_tokens(messages: list[Message]) -> int:
-    """A rough token count (JSON characters / 3); only used between real ``usage`` reports."""
-    return sum(len(message_json(m)) for m in messages) // 3
+    """A rough token count (JSON characters / 3; an image a fixed guess, not its base64); only
+    used between real ``usage`` reports."""
+    total = 0
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, list):
+            text = [p for p in content if not (isinstance(p, dict) and p.get("type") == "image_url")]
+            total += len(message_json({**m, "content": text})) + 3 * IMAGE_TOKENS_GUESS * (len(content) - len(text))
+        else:
+            total += len(message_json(m))
+    return total // 3
 
 
 @dataclass(frozen=True, slots=True)

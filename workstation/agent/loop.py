@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,8 @@ from workstation.agent.history import (
     AgentSnapshot, Message, estimate_tokens, message_json, messages_json, repair_history,
     valid_message,
 )
+from workstation.agent.images import MAX_IMAGES, ImageAttachment, user_content
+from workstation.agent.images import refusal as images_refusal
 from workstation.agent.jail import JailError, PathJail
 from workstation.agent.mcp.hub import McpHub
 from workstation.agent.outcome import STATE_AFTER, AgentOutcome, TurnFailed, protocol_of
@@ -67,9 +69,12 @@ class Agent:
         generation_slot: SlotFactory | None = None,
         snapshot: AgentSnapshot | None = None,
         history: list[Message] | None = None,
+        task_images: Sequence[ImageAttachment] = (),
     ) -> None:
         self.session_id = session_id
         self.task = task
+        self.task_images = tuple(task_images)
+        """Images that go with the task (``images.py``): only to a model that takes them."""
         self.client = client
         self.config = config or AgentConfig()
         try:
@@ -103,7 +108,7 @@ class Agent:
         self._last_result = ""
         self._context_tokens = 0
         self._usage_len = 0
-        self._inbox: list[str] = []
+        self._inbox: list[str | list[dict[str, Any]]] = []
         self._pause_requested = False
         self._resumed = asyncio.Event()
         self._resumed.set()
@@ -112,6 +117,8 @@ class Agent:
         self._idle = asyncio.Event()
         self._idle.set()
         self._baseline_done = False
+        if self.task_images:
+            self._check_images(self.task_images)
         self._last_finish = ""
         self._run_prompt = self._run_completion = self._run_turns = 0
         self._needs_repair = False
@@ -217,14 +224,19 @@ class Agent:
         self.stop()
         await self._idle.wait()
 
-    def reply(self, text: str) -> None:
-        """The user's answer to a question, or feedback; call ``run()`` again to continue.
+    def reply(self, text: str, images: Sequence[ImageAttachment] = ()) -> None:
+        """The user's answer to a question, or feedback (with images, for a model that takes
+        them: else :class:`UserError`); call ``run()`` again to continue.
 
         While the agent runs, the text is queued and sent before its next model turn.
         """
+        images = tuple(images)
+        if images:
+            self._check_images(images)
         if self._run_task is not None or not self._messages:
-            self._inbox.append(prompts.user_feedback(text))
+            self._inbox.append(user_content(prompts.user_feedback(text), images))
             self._emit(ev.UserMessageAdded(self.session_id, text))
+            self._emit_images(images, with_task=False)
             return
         if self._needs_repair:
             self._repair_tail()
@@ -234,9 +246,12 @@ class Agent:
             self._append(tool_result_message(self._protocol or ToolProtocol.NATIVE, call, {}, answer))
             self._emit(ev.ToolCallFinished(self.session_id, call.id, call.name, "ok", answer))
             self._pending_question = None
+            if images:  # a tool result carries text only: the images follow as the user's message
+                self._append({"role": "user", "content": user_content(prompts.IMAGES_WITH_ANSWER, images)})
         else:
-            self._append({"role": "user", "content": prompts.user_feedback(text)})
+            self._append({"role": "user", "content": user_content(prompts.user_feedback(text), images)})
         self._emit(ev.UserMessageAdded(self.session_id, text))
+        self._emit_images(images, with_task=False)
         self._mistakes = 0
         self._needs_input = False
         self._completed = False
@@ -285,6 +300,17 @@ class Agent:
         elif files:
             self._append({"role": "user", "content": prompts.restored_files_message(cp.label)})
         self._emit(ev.CheckpointRestored(self.session_id, cp.commit, files, conversation))
+
+    def _check_images(self, images: Sequence[ImageAttachment]) -> None:
+        if self.config.takes_images is not True:
+            raise UserError(images_refusal(self.client.endpoint.model, self.config.takes_images))
+        if len(images) > MAX_IMAGES:
+            raise UserError(f"{len(images)} images attached; at most {MAX_IMAGES} go with one message")
+
+    def _emit_images(self, images: Sequence[ImageAttachment], *, with_task: bool) -> None:
+        if images:
+            self._emit(ev.ImagesAttached(self.session_id, tuple(i.path for i in images),
+                                         tuple(i.name for i in images), with_task))
 
     # ------------------------------------------------------------------ internals: plumbing
     def _emit(self, event: ev.AgentEvent) -> None:
@@ -392,7 +418,7 @@ class Agent:
         cfg = self.config
         while True:
             await self._between_steps()
-            for note in self._inbox:
+            for note in self._inbox:  # text, or text and images (images.user_content)
                 self._append({"role": "user", "content": note})
             self._inbox.clear()
             if self._run_turns >= cfg.max_turns:
@@ -416,7 +442,9 @@ class Agent:
         if rules.section:
             content += "\n\n" + rules.section  # after the constant part: one repository, one prefix
         self._append({"role": "system", "content": content})
-        self._append({"role": "user", "content": prompts.task_message(self.task, self._mode, listing)})
+        task = prompts.task_message(self.task, self._mode, listing)
+        self._append({"role": "user", "content": user_content(task, self.task_images)})
+        self._emit_images(self.task_images, with_task=True)
 
     def _load_rules(self) -> Rules:
         cfg = self.config

@@ -1,4 +1,5 @@
-"""What an endpoint says about its model: the context window (vLLM's ``max_model_len``)."""
+"""What an endpoint says about its model: the context window (vLLM's ``max_model_len``), and
+whether it takes images (from the config in the folder vLLM reports as its ``root``)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,27 @@ async def fetch_context_window(http: httpx.AsyncClient, endpoint: Endpoint) -> i
     card = await fetch_model_card(http, endpoint)
     value = (card or {}).get("max_model_len")
     return int(value) if isinstance(value, int) and value > 0 else None
+
+
+async def fetch_takes_images(http: httpx.AsyncClient, endpoint: Endpoint) -> bool | None:
+    """Whether the served model has a vision part, from its ``config.json`` where the folder vLLM
+    reports (``root``; an adapter's base model for a LoRA) is readable here; None when unknown."""
+    import asyncio
+
+    from workstation.agent.images import folder_takes_images
+
+    card = await fetch_model_card(http, endpoint)
+    if card is None:
+        return None
+    root = card.get("root")
+    if card.get("parent"):  # a LoRA adapter: the base model decides
+        base = await fetch_model_card(http, Endpoint(endpoint.base_url, endpoint.api_key, str(card["parent"])))
+        root = (base or {}).get("root")
+    return await asyncio.to_thread(folder_takes_images, root) if isinstance(root, str) else None
+
+
+async def model_takes_images(http: httpx.AsyncClient, endpoint: Endpoint, settings: object) -> bool | None:
+    """The setting ``agent.model_takes_images`` where set, else :func:`fetch_takes_images`."""
+    agent = getattr(settings, "agent", None)
+    chosen = getattr(agent, "model_takes_images", None)
+    return chosen if chosen is not None else await fetch_takes_images(http, endpoint)

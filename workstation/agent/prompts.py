@@ -111,6 +111,9 @@ def user_feedback(text: str) -> str:
     return f"<feedback>\n{text}\n</feedback>"
 
 
+IMAGES_WITH_ANSWER = "[The user's answer came with these images.]"
+
+
 def question_answer(text: str) -> str:
     return f"<answer>\n{text}\n</answer>"
 

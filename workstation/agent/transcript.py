@@ -128,6 +128,10 @@ def render_line(event: ev.AgentEvent) -> str | None:
             return f"? {q}" + (f"  options: {', '.join(o)}" if o else "")
         case ev.UserMessageAdded(text=t):
             return f"user: {_short(t)}"
+        case ev.ImagesAttached(names=n, paths=p, with_task=wt):
+            shown = n or tuple(x.rsplit("/", 1)[-1] for x in p)
+            return f"▣ {len(shown)} image{'s' if len(shown) != 1 else ''} with the {'task' if wt else 'message'}: " \
+                   f"{', '.join(shown)}"
         case ev.MistakeCounted(count=c, limit=lim, message=m):
             return f"! mistake {c}/{lim}: {_short(m, 200)}"
         case ev.CheckpointCreated(commit=c, label=lab):

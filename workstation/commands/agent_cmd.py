@@ -50,6 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                      help="a further rules file to follow (repeatable); the repository's AGENTS.md, "
                           "CLAUDE.md and .clinerules are read from its root down to --repo by themselves")
     ctx.add_argument("--no-rules", action="store_true", help="do not read the repository's rules files")
+    ctx.add_argument("--image", action="append", default=[], metavar="PATH",
+                     help="an image (PNG, JPEG, GIF, WebP) that goes with the task (repeatable); only "
+                          "for a model that takes images, else refused with the reason")
     ctx.add_argument("--mcp-config", metavar="FILE",
                      help='MCP servers whose tools the agent gets, as mcp__<server>__<tool>: the usual '
                           '{"mcpServers": {"NAME": {"command": …, "args": […], "env": {…}} | {"url": …}}} '
@@ -144,7 +147,9 @@ async def _terminal_approver(request: Any) -> Any:
 
 async def _run(args: argparse.Namespace) -> int:
     from workstation.agent import Agent, AgentConfig, ProtocolChoice
-    from workstation.agent.model_info import fetch_context_window
+    from workstation.agent.images import load_images
+    from workstation.agent.images import refusal as images_refusal
+    from workstation.agent.model_info import fetch_context_window, model_takes_images
     from workstation.agent.sandbox import SandboxPolicy
     from workstation.agent.sandbox_status import sandbox_status
     from workstation.config import load_settings
@@ -174,11 +179,15 @@ async def _run(args: argparse.Namespace) -> int:
         rules_files.append(str(path.resolve()))
     settings = load_settings()
     mcp_servers = session_mcp_servers(settings, args.mcp_config)
+    images = load_images(args.image)
     say = (lambda m: print(m, file=sys.stderr, flush=True))
     printer = _Printer(args.json)
     acquire = engine_endpoint(settings, url=args.endpoint, api_key=args.api_key, model=args.model, progress=say)
     async with acquire as endpoint, make_http_client() as http:
         window = args.context_window or await fetch_context_window(http, endpoint) or 8192
+        takes_images = await model_takes_images(http, endpoint, settings)
+        if images and takes_images is not True:
+            raise UserError(images_refusal(endpoint.model, takes_images))
         config = AgentConfig(
             mode=AgentMode(args.mode), protocol=ProtocolChoice(args.protocol.replace("-", "_")),
             approval=policy, user_present=interactive, temperature=args.temperature,
@@ -186,11 +195,11 @@ async def _run(args: argparse.Namespace) -> int:
             max_turns=args.max_turns, command_timeout_s=args.command_timeout,
             sandbox=SandboxPolicy.from_settings(settings), rules=settings.agent.rules and not args.no_rules,
             rules_files=tuple(rules_files), rules_root=str(worktree_root(repo)), mcp_servers=mcp_servers,
-            rules_max_chars=settings.agent.rules_max_chars,
+            rules_max_chars=settings.agent.rules_max_chars, takes_images=takes_images,
         )
         session = args.session or f"cli-{time.strftime('%Y%m%d-%H%M%S')}"
         agent = Agent(session, repo, args.task, ChatClient(http, endpoint), config, on_event=printer,
-                      approver=_terminal_approver if interactive else None)
+                      approver=_terminal_approver if interactive else None, task_images=images)
         sandbox = await sandbox_status(config.sandbox)
         if not sandbox.confined:
             say(f"note: {sandbox.summary()}" + (f"; to confine them: {sandbox.fix}" if sandbox.fix else ""))

@@ -62,6 +62,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                        help="a further rules file every session follows (repeatable); each "
                             "repository's AGENTS.md, CLAUDE.md and .clinerules are read by themselves")
     agent.add_argument("--no-rules", action="store_true", help="do not read the repositories' rules files")
+    agent.add_argument("--image", action="append", default=[], metavar="PATH",
+                       help="an image that goes with --task (repeatable); only for a model that takes images")
     agent.add_argument("--mcp-config", metavar="FILE",
                        help='MCP servers every session gets (the usual {"mcpServers": …} JSON); a task '
                             "file's own mcp_config / mcp_servers win by name")
@@ -90,6 +92,7 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _specs(args: argparse.Namespace) -> list:  # list[TaskEntry]
+    from workstation.agent.images import load_images
     from workstation.core.approvals import ApprovalPolicy
     from workstation.fleet.session import SessionSpec
     from workstation.fleet.taskfile import TaskEntry, load_taskfile
@@ -116,7 +119,9 @@ def _specs(args: argparse.Namespace) -> list:  # list[TaskEntry]
             init_if_plain=args.init, mode=args.mode,
             auto_approve=tuple(a for a in args.auto_approve.replace(",", " ").split()),
             headless=True, max_steps=args.max_steps, temperature=args.temperature,
+            images=tuple(str(Path(i).expanduser().resolve()) for i in args.image),
         )
+        load_images(spec.images)  # checked before anything starts
         entries = [TaskEntry(spec, args.sessions)]
     extra_rules = []
     for name in args.rules:
@@ -156,6 +161,19 @@ async def _endpoints(args: argparse.Namespace, stack: contextlib.AsyncExitStack,
     return [await stack.enter_async_context(engine_endpoint(settings, model=args.model, progress=say))]
 
 
+async def _check_images(entries: list, endpoints: list, http, settings) -> None:  # type: ignore[no-untyped-def]
+    """Images go only to models that take them: refuse the run before any session is made."""
+    if not any(e.spec.images for e in entries):
+        return
+    from workstation.agent.images import refusal
+    from workstation.agent.model_info import model_takes_images
+
+    for endpoint in endpoints:
+        takes = await model_takes_images(http, endpoint, settings)
+        if takes is not True:
+            raise UserError(refusal(endpoint.model, takes))
+
+
 async def _main(args: argparse.Namespace) -> int:
     from workstation.agent.sandbox import SandboxPolicy
     from workstation.config import load_settings
@@ -175,6 +193,7 @@ async def _main(args: argparse.Namespace) -> int:
     async with contextlib.AsyncExitStack() as stack:
         endpoints = await _endpoints(args, stack, settings)
         http = await stack.enter_async_context(make_http_client())
+        await _check_images(entries, endpoints, http, settings)
         fleet = Fleet(
             data_dir=settings.data_dir, endpoints=endpoints, agent_factory=real_agent_factory.from_settings(http, settings),
             http=http, max_generating=args.max_generating or settings.fleet.max_generating,

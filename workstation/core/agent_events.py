@@ -257,6 +257,16 @@ class UserMessageAdded:
 
 
 @dataclass(frozen=True, slots=True)
+class ImagesAttached:
+    """Images went with the task or with the user's message (shown as thumbnails)."""
+
+    session_id: str
+    paths: tuple[str, ...]
+    names: tuple[str, ...] = ()
+    with_task: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class CheckpointCreated:
     session_id: str
     commit: str
@@ -328,7 +338,7 @@ AgentEvent = (
     AgentStateChanged | ModeChanged | ProtocolSelected | RulesLoaded | McpServerReady | TurnStarted | TextStreamed
     | ReasoningStreamed | ToolCallStreamed | UsageReported | TurnFinished | ToolCallStarted
     | CommandOutputStreamed | ToolCallFinished | ApprovalRequested | ApprovalResolved
-    | MistakeCounted | QuestionAsked | UserMessageAdded | CheckpointCreated
+    | MistakeCounted | QuestionAsked | UserMessageAdded | ImagesAttached | CheckpointCreated
     | CheckpointRestored | ContextCondensed | MessageAppended | HistoryReplaced
     | ErrorOccurred | TaskCompleted | RunFinished
 )

@@ -54,6 +54,8 @@ class AgentSetup:
     command_env: dict[str, str] = field(default_factory=dict)
     """Variables the agent's commands get on top of the scrubbed environment (the
     session's ports: ``WORKSTATION_PORT`` …)."""
+    user_images: tuple[str, ...] = ()
+    """Images (paths) that go with ``user_message``."""
 
 
 class AgentHandle(Protocol):
@@ -112,6 +114,9 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         """MCP servers every session gets (settings ``agent.mcp_config``); a session's own
         server of the same name wins."""
         self.app_rules = True
+        self.model_takes_images: bool | None = None
+        """The setting ``agent.model_takes_images``; None asks each endpoint's model config."""
+        self._images: dict[str, bool | None] = {}
 
     @classmethod
     def from_settings(cls, http: httpx.AsyncClient, settings: Any, **kwargs: Any) -> real_agent_factory:
@@ -124,6 +129,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         overrides.setdefault("rules_max_chars", agent.rules_max_chars)
         made = cls(http, overrides=overrides, **kwargs)
         made.app_rules = agent.rules
+        made.model_takes_images = agent.model_takes_images
         if agent.mcp_config is not None:
             from workstation.agent.mcp_servers import load_servers
 
@@ -134,6 +140,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         """The endpoint restarted: its caches are empty (prime again, ask its window again)."""
         self._primed.pop(name, None)
         self._windows.pop(name, None)
+        self._images.pop(name, None)
 
     async def _prime_once(self, endpoint: Endpoint, config: Any) -> None:
         from workstation.agent.protocols import choose_protocol, prime_prefix_cache
@@ -152,6 +159,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
 
     async def __call__(self, setup: AgentSetup) -> AgentHandle:
         from workstation.agent import Agent, AgentConfig, AgentSnapshot
+        from workstation.agent.images import load_images
         from workstation.agent.mcp_servers import merge_servers, servers_from_json
         from workstation.agent.model_info import fetch_context_window
         from workstation.core.agent_events import AgentMode, ToolProtocol
@@ -163,6 +171,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         if window is None:
             window = await fetch_context_window(self.http, setup.endpoint) or 8192
             self._windows[setup.endpoint.name] = window
+        takes_images = await self._takes_images(setup.endpoint)
         try:
             policy = ApprovalPolicy.parse(spec.auto_approve or ("read",))
         except ValueError as exc:
@@ -172,6 +181,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
             temperature=spec.temperature, context_window_tokens=window,
             rules=spec.rules and self.app_rules, rules_files=tuple(spec.rules_files), rules_root=str(setup.root),
             mcp_servers=merge_servers(self.app_mcp_servers, servers_from_json(spec.mcp_servers)),
+            takes_images=takes_images,
         )
         if spec.max_steps is not None:
             fields["max_turns"] = spec.max_steps
@@ -200,7 +210,18 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
             setup.session_id, setup.root, setup.task, ChatClient(self.http, setup.endpoint), config,
             on_event=setup.on_event, approver=setup.approver,
             generation_slot=setup.generation_slot, snapshot=snapshot,
+            task_images=load_images(spec.images) if not setup.history else (),  # later: in the history
         )
         if setup.user_message:
-            agent.reply(setup.user_message)
+            agent.reply(setup.user_message, load_images(setup.user_images))
         return agent
+
+    async def _takes_images(self, endpoint: Endpoint) -> bool | None:
+        """Whether the endpoint's model takes images (the setting, else its config), once per endpoint."""
+        from workstation.agent.model_info import fetch_takes_images
+
+        if self.model_takes_images is not None:
+            return self.model_takes_images
+        if endpoint.name not in self._images:
+            self._images[endpoint.name] = await fetch_takes_images(self.http, endpoint)
+        return self._images[endpoint.name]

@@ -160,14 +160,15 @@ class SessionRunner:
         return history_from_events(e for e in events if e is not None)
 
     async def build(self, session_id: str, endpoint: Endpoint, *, message: str | None,
-                    on_event: Callable[[object], None], approver: Approver | None) -> AgentHandle:
+                    on_event: Callable[[object], None], approver: Approver | None,
+                    images: tuple[str, ...] = ()) -> AgentHandle:
         """The session's agent on ``endpoint``, resuming from its history and kept state."""
         rec = self._book.rec(session_id)
         setup = AgentSetup(
             session_id=session_id, name=rec.name, root=Path(rec.worktree_path), task=rec.spec.task,
             spec=rec.spec, endpoint=endpoint, history=await self.history(session_id), user_message=message,
             on_event=on_event, approver=approver, generation_slot=self._gate.factory(session_id),
-            agent_meta=dict(rec.agent_meta),
+            agent_meta=dict(rec.agent_meta), user_images=images,
             command_env=await self._command_env(session_id) if self._command_env is not None else {},
         )
         return await build_agent(self._factory, setup)
@@ -175,7 +176,7 @@ class SessionRunner:
     def keep_meta(self, session_id: str, agent: object) -> None:
         self._book.keep_meta(session_id, meta_of(agent))
 
-    async def run(self, session_id: str, drive: Drive, message: str | None) -> None:
+    async def run(self, session_id: str, drive: Drive, message: str | None, images: tuple[str, ...] = ()) -> None:
         rec = self._book.rec(session_id)
         last_finish: list[ev.RunFinished] = []
         endpoint = self._router.assign(session_id, pinned=rec.spec.endpoint, previous=rec.endpoint_name)
@@ -193,7 +194,7 @@ class SessionRunner:
 
             approver = None if rec.spec.headless else self._desk.approver_for(session_id)
             drive.agent = await self.build(session_id, endpoint, message=message, on_event=on_event,
-                                           approver=approver)
+                                           approver=approver, images=images)
             try:
                 result = await drive.agent.run()
             finally:

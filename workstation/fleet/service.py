@@ -331,10 +331,11 @@ class Fleet:
         return out
 
     # ================= running =================
-    def _launch(self, session_id: str, message: str | None) -> None:
+    def _launch(self, session_id: str, message: str | None, images: tuple[str, ...] = ()) -> None:
         rec = self.book.rec(session_id)
         self.merges.working_again(session_id)
-        self.drivers.launch(session_id, rec.name, lambda drive: self.runner.run(session_id, drive, message))
+        self.drivers.launch(session_id, rec.name,
+                            lambda drive: self.runner.run(session_id, drive, message, images))
         self.book.set_state(session_id, S.QUEUED, "starting")
         self._update_settled()
 
@@ -345,7 +346,8 @@ class Fleet:
         if await self.drivers.end(session_id):
             await self.store.flush()
 
-    async def start_session(self, session_id: str, *, message: str | None = None) -> None:
+    async def start_session(self, session_id: str, *, message: str | None = None,
+                            images: tuple[str, ...] = ()) -> None:
         """Start (or continue) a session: ready, paused, stopped, failed, done, needs input."""
         self._require_open()
         rec = self.book.rec(session_id)
@@ -361,18 +363,19 @@ class Fleet:
         if rec.state is S.ENGINE_WAIT:
             return  # continues by itself when the engine is back
         check_transition(rec.state, S.QUEUED)
-        self._launch(session_id, message)
+        self._launch(session_id, message, images)
 
     async def start_all(self) -> None:
         for rec in self.book.records():
             if rec.state in (S.READY, S.PAUSED, S.STOPPED):
                 await self.start_session(rec.session_id)
 
-    async def reply(self, session_id: str, text: str) -> None:
-        """Answer a session that needs input (or give a finished one a follow-up task)."""
+    async def reply(self, session_id: str, text: str, images: tuple[str, ...] = ()) -> None:
+        """Answer a session that needs input (or give a finished one a follow-up task), with
+        images (paths) for a model that takes them."""
         if not text.strip():
             raise UserError("the reply is empty")
-        await self.start_session(session_id, message=text)
+        await self.start_session(session_id, message=text, images=tuple(images))
 
     async def pause(self, session_id: str) -> None:
         """Pause now; an in-flight model turn is dropped (retried on resume), a running tool is

@@ -58,6 +58,8 @@ class SessionSpec:
     """The session's dev server, started and stopped from its pane; empty for none."""
     mcp_servers: str = ""
     """The session's own MCP servers, as ``{"mcpServers": …}`` JSON (besides the app's)."""
+    images: tuple[str, ...] = ()
+    """Images (paths) that go with the task, for a model that takes them."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -66,7 +68,7 @@ class SessionSpec:
     def from_json(cls, data: dict[str, Any]) -> SessionSpec:
         known = {f for f in cls.__dataclass_fields__}
         clean = {k: v for k, v in data.items() if k in known}
-        for key in ("auto_approve", "shared_links", "rules_files", "copy_files", "link_files"):
+        for key in ("auto_approve", "shared_links", "rules_files", "copy_files", "link_files", "images"):
             if key in clean and clean[key] is not None:
                 clean[key] = tuple(clean[key])
         return cls(**clean)

@@ -12,6 +12,7 @@
     rules = ["team-rules.md"]       # more rules files (the repository's AGENTS.md … always,
                                     #   unless rules = false)
     mcp_config = "mcp.json"         # MCP servers in the usual {"mcpServers": …} JSON shape
+    images = ["screenshot.png"]     # with the task, for a model that takes images
     # worktree bootstrap (per repository; settings' `repos` say the same where these are absent)
     copy = [".env", { link = "node_modules" }]   # copied / linked from the main checkout
     setup = "npm ci --offline"      # run once in each new worktree, inside the sandbox
@@ -48,7 +49,7 @@ from workstation.fleet.session import SessionSpec
 
 _KEYS = {"task", "repo", "url", "name", "base", "mode", "auto_approve", "count", "max_steps",
          "init", "endpoint", "temperature", "shared_links", "rules", "copy", "setup", "ports", "run",
-         "mcp_config", "mcp_servers"}
+         "mcp_config", "mcp_servers", "images"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +141,7 @@ def _entry(p: Path, where: str, d: dict[str, Any], headless: bool) -> TaskEntry:
                               or not 1 <= ports <= MAX_PORTS_PER_SESSION):
         raise UserError(f"task file {p}: {where}: ports must be a whole number from 1 to {MAX_PORTS_PER_SESSION}")
     mcp = _mcp(p, where, d.get("mcp_config"), d.get("mcp_servers"))
+    images = _images(p, where, d.get("images", []))
     spec = SessionSpec(
         task=task.strip(), repo=repo or url or "", name=text("name"), base_branch=text("base"),
         clone=bool(url), init_if_plain=bool(d.get("init", False)), mode=text("mode", "act") or "act",
@@ -148,7 +150,7 @@ def _entry(p: Path, where: str, d: dict[str, Any], headless: bool) -> TaskEntry:
         temperature=float(temperature) if temperature is not None else None,
         shared_links=tuple(links), rules=rules, rules_files=rules_files,
         copy_files=copies, link_files=linked, setup_command=text("setup"), ports=ports,
-        run_command=text("run"), mcp_servers=mcp,
+        run_command=text("run"), mcp_servers=mcp, images=images,
     )
     return TaskEntry(spec, count)
 
@@ -183,3 +185,18 @@ def _mcp(p: Path, where: str, config: Any, inline: Any) -> str:
     if inline is not None:
         servers = merge_servers(servers, parse_servers(inline, f"task file {p}: {where}: mcp_servers"))
     return servers_json(servers)
+
+
+def _images(p: Path, where: str, value: Any) -> tuple[str, ...]:
+    """``images = ["shot.png", …]`` (relative to the task file), each checked now."""
+    from workstation.agent.images import load_images
+
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise UserError(f"task file {p}: {where}: images must be a list of image files")
+    paths = [Path(v).expanduser() for v in value]
+    paths = [str(x if x.is_absolute() else (p.parent / x).resolve()) for x in paths]
+    try:
+        load_images(paths)
+    except UserError as exc:
+        raise UserError(f"task file {p}: {where}: {exc}") from None
+    return tuple(paths)
