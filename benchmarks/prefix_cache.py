@@ -133,7 +133,7 @@ async def _bench(endpoint: Endpoint, agents: int, turns: int, stagger_s: float, 
             t0 = time.monotonic()
             primed_tokens = 0
             if prime:  # counted: the priming request's tokens are in the deltas too
-                protocol, _ = choose_protocol(config.protocol, endpoint, config.weak_model_patterns)
+                protocol, _ = choose_protocol(config, endpoint)
                 usage = await prime_prefix_cache(client, protocol)
                 primed_tokens = usage.prompt_tokens if usage else 0
 

@@ -201,6 +201,10 @@ class AgentSettings(BaseSettings):
     model_takes_images: bool | None = None
     """Whether the served model takes images; None decides from its ``config.json`` (where the
     folder the server reports is readable here). Images go only to a model that takes them."""
+    guided_max_parameters: int = 1_000_000_000
+    """Models with at most this many parameters (read from the served model's config) get the
+    guided protocol: few tools, each call narrowed by the task's state and held to a schema,
+    code written one function at a time. Larger models keep the full, free protocol."""
 
 
 class Settings(BaseSettings):

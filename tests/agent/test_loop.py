@@ -127,12 +127,16 @@ async def test_native_text_reply_is_a_mistake_and_escalates_to_required(server: 
     assert orjson.dumps(server.requests[1]["tools"]) == orjson.dumps(server.requests[2]["tools"])
 
 
-async def test_tool_only_for_weak_models(make_agent) -> None:
-    async with ScriptedServer([call("read_file", path="app.py"), DONE], model="SmolLM2-135M") as srv:
-        agent, rec = make_agent(srv)
+async def test_guided_protocol_for_small_models(make_agent, git_repo: Path) -> None:
+    script = [Reply(text="```python\ndef add(a, b):\n    return a - b\n```")]
+    async with ScriptedServer(script, model="SmolLM2-135M") as srv:  # size unknown: taken from the name
+        agent, rec = make_agent(srv, task="Make add in app.py subtract.")
         assert (await agent.run()).ok
-    assert {r["tool_choice"] for r in srv.requests} == {"required"}
-    assert rec.of(ev.ProtocolSelected)[0].protocol is ToolProtocol.TOOL_ONLY
+    assert rec.of(ev.ProtocolSelected)[0].protocol is ToolProtocol.GUIDED
+    assert len(srv.requests) == 1  # the named file and function leave only the code to write
+    assert "tools" not in srv.requests[0] and "regex" in srv.requests[0]["structured_outputs"]
+    assert [e.tool for e in rec.of(ev.ToolCallStarted)] == ["read_file", "replace_in_file", "attempt_completion"]
+    assert (git_repo / "app.py").read_text() == "def add(a, b):\n    return a - b\n"
 
 
 async def test_recovers_tool_call_left_in_content(server: ScriptedServer, make_agent) -> None:

@@ -45,7 +45,7 @@ async def test_smollm2_reads_then_writes_python_and_checkpoints(smollm2_engine: 
     agent = _agent(http, smollm2_engine, git_repo, "Read TODO.txt and do what it says.", events)
     outcome = await agent.run()
 
-    assert any(isinstance(e, ev.ProtocolSelected) and e.protocol is ToolProtocol.TOOL_ONLY for e in events)
+    assert any(isinstance(e, ev.ProtocolSelected) and e.protocol is ToolProtocol.GUIDED for e in events)
     done = [e for e in events if isinstance(e, ev.ToolCallFinished)]
     started = {e.call_id: e for e in events if isinstance(e, ev.ToolCallStarted)}
     ok = [(started[e.call_id].tool, started[e.call_id].arguments.get("path")) for e in done if e.status == "ok"]

@@ -73,6 +73,9 @@ class CallOutcome:
     """The task is complete, with this result."""
     question: tuple[str, str, tuple[str, ...]] | None = None
     """``(call id, question, options)``: the agent now waits for the user's answer."""
+    repeated: bool = False
+    """The model repeated the call that just succeeded: not a mistake but a sign it is lost
+    (the loop's recovery step narrows its next calls)."""
 
 
 class ToolCallRunner:
@@ -154,7 +157,8 @@ class ToolCallRunner:
         if mode is AgentMode.PLAN and not spec.in_plan_mode:
             return self._fail(call, args, prompts.plan_mode_refusal(name), protocol, started=started)
         if (name, args) == self._last_ok_call and spec.category is not ToolCategory.INTERACTION:
-            return self._fail(call, args, prompts.REPEATED_CALL, protocol, started=started)
+            self.finish(call, args, "error", f"[ERROR] {prompts.REPEATED_CALL}", protocol, started)
+            return CallOutcome("error", repeated=True)
         self._last_ok_call = None
         if name == COMPLETION_TOOL:
             self.finish(call, args, "ok", prompts.COMPLETION_ACK, protocol, started)

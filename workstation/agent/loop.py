@@ -18,6 +18,7 @@ from workstation.agent.calls import CallOutcome, ToolCallRunner, WorkLog
 from workstation.agent.checkpoints import Checkpoint, CheckpointError, CheckpointStore
 from workstation.agent.config import AgentConfig
 from workstation.agent.context import facts_summary
+from workstation.agent.guided.turn import guided_turn
 from workstation.agent.history import (
     AgentSnapshot, Message, estimate_tokens, message_json, messages_json, repair_history,
     valid_message,
@@ -377,7 +378,7 @@ class Agent:
 
     def _estimate_context(self) -> int:
         if self._usage_len == 0:
-            tools = self._tools_tokens() if self._protocol is not ToolProtocol.TEXT else 0
+            tools = self._tools_tokens() if self._protocol not in (ToolProtocol.TEXT, ToolProtocol.GUIDED) else 0
             return estimate_tokens(self._messages) + tools
         return self._context_tokens + estimate_tokens(self._messages[self._usage_len:])
 
@@ -398,8 +399,7 @@ class Agent:
         if self._needs_repair:
             self._repair_tail()
         if self._protocol is None:
-            self._protocol, why = choose_protocol(self.config.protocol, self.client.endpoint,
-                                                  self.config.weak_model_patterns)
+            self._protocol, why = choose_protocol(self.config, self.client.endpoint)
             self._emit(ev.ProtocolSelected(self.session_id, self._protocol, why))
         if not self._messages:
             await self._start_conversation()
@@ -489,7 +489,7 @@ class Agent:
             except EngineHTTPError as exc:
                 status, text = exc.status, str(exc)
                 nxt = step_down(self._protocol) if self._protocol else None
-                if is_tool_refusal(status, text) and nxt is not None:
+                if is_tool_refusal(status, text, self._protocol) and nxt is not None:
                     self._switch_protocol(nxt, f"the server refused the {self._protocol.value} request: {text[:160]}")
                     continue
                 if is_context_overflow(status, text) and not condensed_for_overflow:
@@ -510,9 +510,14 @@ class Agent:
         assert self._protocol is not None
         turn = self._turns + 1
         sid = self.session_id
-        result = await stream_turn(self.client, self._messages, self._protocol, session_id=sid, turn=turn,
-                                   max_tokens=self._max_tokens(), temperature=self.config.temperature,
-                                   emit=self._emit, tools=self._calls.tools.openai)
+        if self._protocol is ToolProtocol.GUIDED:
+            result = await guided_turn(self.client, self._messages, root=self.root, task=self.task,
+                                       config=self.config, session_id=sid, turn=turn,
+                                       max_tokens=self._max_tokens(), emit=self._emit)
+        else:
+            result = await stream_turn(self.client, self._messages, self._protocol, session_id=sid, turn=turn,
+                                       max_tokens=self._max_tokens(), temperature=self.config.temperature,
+                                       emit=self._emit, tools=self._calls.tools.openai)
         self._turns = turn
         self._run_turns += 1
         self._append(result.reply.message)
@@ -574,6 +579,10 @@ class Agent:
             self._count_mistake(result.mistake)
         if result.progress:
             self._mistakes = 0
+        if result.repeated and self._protocol in (ToolProtocol.NATIVE, ToolProtocol.TOOL_ONLY):
+            # the recovery step: a model that repeats itself gets its next calls narrowed
+            self._switch_protocol(ToolProtocol.GUIDED, "the model repeated a call that had succeeded; "
+                                                       "its next steps are guided")
         if result.completed is not None:
             self._completed = True
             self._last_result = result.completed

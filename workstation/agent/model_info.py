@@ -1,10 +1,14 @@
-"""What an endpoint says about its model: the context window (vLLM's ``max_model_len``), and
-whether it takes images (from the config in the folder vLLM reports as its ``root``)."""
+"""What an endpoint says about its model: the context window (vLLM's ``max_model_len``),
+whether it takes images and its size in parameters (both from the config in the folder vLLM
+reports as its ``root``)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 
+from workstation.agent.model_size import model_parameters
 from workstation.core.endpoints import Endpoint
 
 
@@ -53,3 +57,13 @@ async def model_takes_images(http: httpx.AsyncClient, endpoint: Endpoint, settin
     agent = getattr(settings, "agent", None)
     chosen = getattr(agent, "model_takes_images", None)
     return chosen if chosen is not None else await fetch_takes_images(http, endpoint)
+
+
+async def fetch_model_parameters(http: httpx.AsyncClient, endpoint: Endpoint) -> int | None:
+    """The served model's parameter count: from its config where the server's ``root``
+    is a local model folder (vLLM reports it), else from a size in its name; None if unknown."""
+    card = await fetch_model_card(http, endpoint) or {}
+    root = card.get("root") if isinstance(card.get("root"), str) else None
+    names = " ".join(str(n) for n in (card.get("id"), root, endpoint.model) if n)
+    folder = root if root and root.startswith(("/", "~", ".")) else None
+    return await asyncio.to_thread(model_parameters, folder, names)

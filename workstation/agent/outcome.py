@@ -42,7 +42,10 @@ STATE_AFTER: dict[RunStatus, AgentState] = {
 
 
 def protocol_of(history: list[Message]) -> ToolProtocol | None:
-    """The protocol a persisted history was written in, where it shows (text has its own prompt)."""
-    if history and history[0].get("role") == "system" and history[0].get("content") == system_prompt(ToolProtocol.TEXT):
-        return ToolProtocol.TEXT
+    """The protocol a persisted history was written in, where it shows (text and guided have
+    their own prompts)."""
+    if history and history[0].get("role") == "system":
+        for protocol in (ToolProtocol.TEXT, ToolProtocol.GUIDED):
+            if history[0].get("content") == system_prompt(protocol):
+                return protocol
     return None

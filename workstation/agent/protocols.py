@@ -7,12 +7,17 @@ native     ``tools`` + ``tool_choice: "auto"``          ``tool_calls`` deltas, o
                                                         ``<tool_call>`` text (recovered)
 tool_only  ``tools`` + ``tool_choice: "required"``      ``tool_calls`` (vLLM guarantees one)
 text       no ``tools``; XML tool list in the prompt    ``<read_file>…</read_file>`` blocks
+guided     no ``tools``; ``structured_outputs.regex``   one ``<tool_call>`` of the calls the
+           of the calls the task's state allows         state allows (see ``agent/guided/``)
 ========== ============================================ ===================================
 
-``auto`` picks text where the endpoint is known to lack tool support, tool-only for weak
-models, native otherwise. When a server refuses ``tools`` (HTTP 400 naming tools), the
-agent steps down native → tool_only → text; a native model that keeps answering without
-a tool is stepped up to tool_only (same prompt and tools, so the prefix cache holds).
+``auto`` picks guided for small models (by parameter count, from the served model's
+config; by name where the size is unknown), text where the endpoint is known to lack tool
+support, native otherwise. When a server refuses ``tools`` (HTTP 400 naming tools), the
+agent steps down native → tool_only → text (guided → tool_only when the server refuses
+structured outputs); a native model that keeps answering without a tool is stepped up to
+tool_only (same prompt and tools, so the prefix cache holds), and one that repeats a call
+that already succeeded is switched to guided.
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ from typing import Any
 
 import orjson
 
-from workstation.agent.config import ProtocolChoice
+from workstation.agent.config import AgentConfig, ProtocolChoice
+from workstation.agent.guided.texts import SYSTEM_PROMPT_GUIDED
 from workstation.agent.history import Message
 from workstation.agent.prompts import SYSTEM_PROMPT_NATIVE, SYSTEM_PROMPT_TEXT, text_tool_result
 from workstation.agent.tool_specs import OPENAI_TOOLS
@@ -32,31 +38,53 @@ from workstation.core.endpoints import Endpoint
 from workstation.engine.chat_client import ChatClient, EngineHTTPError, EngineUnreachable, Usage
 
 _TOOL_REFUSAL_WORDS = ("tool", "function")
+_GUIDED_REFUSAL_WORDS = ("structured", "regex", "grammar", "guided", "extra")
 _CONTEXT_WORDS = ("maximum context length", "context length", "too long", "max_model_len",
                   "maximum model length", "exceeds")
 
 
-def choose_protocol(choice: ProtocolChoice, endpoint: Endpoint, weak_patterns: tuple[str, ...]) -> tuple[ToolProtocol, str]:
+def count_text(parameters: int) -> str:
+    """``135M``, ``1.5B``."""
+    if parameters >= 1_000_000_000:
+        return f"{parameters / 1e9:.3g}B"
+    return f"{parameters / 1e6:.3g}M"
+
+
+def choose_protocol(config: AgentConfig, endpoint: Endpoint) -> tuple[ToolProtocol, str]:
     """The protocol to start with, and why (shown to the user)."""
-    if choice is not ProtocolChoice.AUTO:
-        return ToolProtocol(choice.value), "chosen in the settings"
+    if config.protocol is not ProtocolChoice.AUTO:
+        return ToolProtocol(config.protocol.value), "chosen in the settings"
+    size = config.model_parameters
+    limit = config.guided_max_parameters
+    if size is not None and size <= limit:
+        return ToolProtocol.GUIDED, (f"'{endpoint.model}' has {count_text(size)} parameters (at most "
+                                     f"{count_text(limit)}): guided small-model protocol")
+    if size is None:
+        model = endpoint.model.lower()
+        for pattern in config.weak_model_patterns:
+            if pattern.lower() in model:
+                return ToolProtocol.GUIDED, f"'{endpoint.model}' is a small model: guided small-model protocol"
     if endpoint.native_tools is False:
         return ToolProtocol.TEXT, "the endpoint does not parse tool calls"
-    model = endpoint.model.lower()
-    for pattern in weak_patterns:
-        if pattern.lower() in model:
-            return ToolProtocol.TOOL_ONLY, f"'{endpoint.model}' is a small model: every turn must be a tool call"
+    if size is not None:
+        return ToolProtocol.NATIVE, f"'{endpoint.model}' has {count_text(size)} parameters: full protocol"
     return ToolProtocol.NATIVE, "the endpoint takes OpenAI tool definitions"
 
 
 def step_down(protocol: ToolProtocol) -> ToolProtocol | None:
     """The next protocol to try after the server refused this one's request."""
-    return {ToolProtocol.NATIVE: ToolProtocol.TOOL_ONLY, ToolProtocol.TOOL_ONLY: ToolProtocol.TEXT}.get(protocol)
+    return {ToolProtocol.NATIVE: ToolProtocol.TOOL_ONLY, ToolProtocol.TOOL_ONLY: ToolProtocol.TEXT,
+            ToolProtocol.GUIDED: ToolProtocol.TOOL_ONLY}.get(protocol)
 
 
-def is_tool_refusal(status: int | None, message: str) -> bool:
+def is_tool_refusal(status: int | None, message: str, protocol: ToolProtocol | None = None) -> bool:
+    """The server refused what this protocol's request carries (tools; for guided, the
+    structured-output field)."""
     text = message.lower()
-    return status == 400 and any(w in text for w in _TOOL_REFUSAL_WORDS) and not is_context_overflow(status, message)
+    if status != 400 or is_context_overflow(status, message):
+        return False
+    words = _GUIDED_REFUSAL_WORDS if protocol is ToolProtocol.GUIDED else _TOOL_REFUSAL_WORDS
+    return any(w in text for w in words)
 
 
 def is_context_overflow(status: int | None, message: str) -> bool:
@@ -65,13 +93,15 @@ def is_context_overflow(status: int | None, message: str) -> bool:
 
 
 def system_prompt(protocol: ToolProtocol) -> str:
+    if protocol is ToolProtocol.GUIDED:
+        return SYSTEM_PROMPT_GUIDED
     return SYSTEM_PROMPT_TEXT if protocol is ToolProtocol.TEXT else SYSTEM_PROMPT_NATIVE
 
 
 def request_fields(protocol: ToolProtocol, tools: tuple[dict[str, Any], ...] = OPENAI_TOOLS) -> dict[str, Any]:
     """``tools`` / ``tool_choice`` keyword arguments of ``ChatClient.stream_chat`` (``tools``:
     the built-in definitions, then a run's MCP tools)."""
-    if protocol is ToolProtocol.TEXT:
+    if protocol in (ToolProtocol.TEXT, ToolProtocol.GUIDED):
         return {}
     return {"tools": tools, "tool_choice": "required" if protocol is ToolProtocol.TOOL_ONLY else "auto"}
 

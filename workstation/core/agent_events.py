@@ -58,6 +58,9 @@ class ToolProtocol(str, Enum):
     """``tool_choice: "required"``: every turn is a tool call (for weak models)."""
     TEXT = "text"
     """XML-style blocks in the reply text (endpoints without tool support)."""
+    GUIDED = "guided"
+    """Small models: few tools, the next call narrowed by the task's state and held to a
+    regular expression (structured outputs), code written one function at a time."""
 
 
 class RunStatus(str, Enum):

@@ -109,6 +109,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         self.overrides = dict(overrides or {})
         self.prime = prime
         self._windows: dict[str, int] = {}
+        self._sizes: dict[str, int | None] = {}
         self._primed: dict[str, asyncio.Task[None]] = {}
         self.app_mcp_servers: tuple[Any, ...] = ()
         """MCP servers every session gets (settings ``agent.mcp_config``); a session's own
@@ -121,10 +122,13 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
     @classmethod
     def from_settings(cls, http: httpx.AsyncClient, settings: Any, **kwargs: Any) -> real_agent_factory:
         """The factory the app, ``run`` and ``demo`` use: agents' commands run under the
-        sandbox policy of ``settings.sandbox`` (bubblewrap, limits, hidden secrets)."""
+        sandbox policy of ``settings.sandbox`` (bubblewrap, limits, hidden secrets); models up
+        to ``settings.agent.guided_max_parameters`` get the guided protocol."""
         from workstation.agent.sandbox import SandboxPolicy
 
-        overrides = {"sandbox": SandboxPolicy.from_settings(settings), **kwargs.pop("overrides", {})}
+        overrides = {"sandbox": SandboxPolicy.from_settings(settings),
+                     "guided_max_parameters": settings.agent.guided_max_parameters,
+                     **kwargs.pop("overrides", {})}
         agent = settings.agent
         overrides.setdefault("rules_max_chars", agent.rules_max_chars)
         made = cls(http, overrides=overrides, **kwargs)
@@ -141,6 +145,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         self._primed.pop(name, None)
         self._windows.pop(name, None)
         self._images.pop(name, None)
+        self._sizes.pop(name, None)
 
     async def _prime_once(self, endpoint: Endpoint, config: Any) -> None:
         from workstation.agent.protocols import choose_protocol, prime_prefix_cache
@@ -148,7 +153,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
 
         task = self._primed.get(endpoint.name)
         if task is None:
-            protocol, _ = choose_protocol(config.protocol, endpoint, config.weak_model_patterns)
+            protocol, _ = choose_protocol(config, endpoint)
             client = ChatClient(self.http, endpoint)
 
             async def prime() -> None:
@@ -161,7 +166,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         from workstation.agent import Agent, AgentConfig, AgentSnapshot
         from workstation.agent.images import load_images
         from workstation.agent.mcp_servers import merge_servers, servers_from_json
-        from workstation.agent.model_info import fetch_context_window
+        from workstation.agent.model_info import fetch_context_window, fetch_model_parameters
         from workstation.core.agent_events import AgentMode, ToolProtocol
         from workstation.core.approvals import ApprovalPolicy
         from workstation.engine.chat_client import ChatClient
@@ -172,6 +177,8 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
             window = await fetch_context_window(self.http, setup.endpoint) or 8192
             self._windows[setup.endpoint.name] = window
         takes_images = await self._takes_images(setup.endpoint)
+        if setup.endpoint.name not in self._sizes:
+            self._sizes[setup.endpoint.name] = await fetch_model_parameters(self.http, setup.endpoint)
         try:
             policy = ApprovalPolicy.parse(spec.auto_approve or ("read",))
         except ValueError as exc:
@@ -181,7 +188,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
             temperature=spec.temperature, context_window_tokens=window,
             rules=spec.rules and self.app_rules, rules_files=tuple(spec.rules_files), rules_root=str(setup.root),
             mcp_servers=merge_servers(self.app_mcp_servers, servers_from_json(spec.mcp_servers)),
-            takes_images=takes_images,
+            takes_images=takes_images, model_parameters=self._sizes[setup.endpoint.name],
         )
         if spec.max_steps is not None:
             fields["max_turns"] = spec.max_steps

@@ -1,0 +1,137 @@
+"""The guided protocol in the real agent loop (scripted server, real tools, real pytest in a
+real sample repository): every reply must match the request's regular expression, the
+calls follow the task's state, and the repository's tests pass at the end."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agent.conftest import git
+from tests.helpers.scripted_server import Reply, ScriptedServer, ToolCall
+from workstation.agent.guided.actions import call_text
+from workstation.agent.guided.texts import SYSTEM_PROMPT_GUIDED
+from workstation.core import agent_events as ev
+from workstation.core.agent_events import RunStatus, ToolProtocol
+from workstation.fleet.sample_repos import create_sample_repository
+
+SMOLLM2_PARAMETERS = 134_515_008
+GOOD = ("```python\ndef total_value(self):\n"
+        '    """What the whole stock is worth: price times quantity, summed over items."""\n'
+        "    return sum(item.price * item.quantity for item in self._items.values())\n```")
+EXPLICIT = ("Inventory.total_value in inventory/stock.py ignores the quantity: it must multiply each price "
+            "by its quantity, item.price * item.quantity. Then run the tests.")
+
+
+@pytest.fixture
+def bug_repo(tmp_path: Path) -> Path:
+    repo = create_sample_repository("inventory", tmp_path / "inventory")
+    git(repo, "checkout", "-q", "bug/fix-total-value")
+    return repo
+
+
+def suite_passes(repo: Path) -> bool:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=repo,
+                          capture_output=True, text=True, check=False).returncode == 0
+
+
+def answering(*texts: str):
+    """A responder that answers ``texts`` in order, each checked against the request's regex."""
+    queue = list(texts)
+    seen: list[tuple[str, str]] = []
+
+    def respond(body: dict[str, Any], n: int) -> Reply:
+        regex = body["structured_outputs"]["regex"]
+        assert "tools" not in body  # byte-stable prompt: the schema travels apart
+        text = queue.pop(0)
+        assert re.fullmatch(regex, text), f"reply {n} does not match its regex:\n{text}\n{regex}"
+        seen.append((regex, text))
+        return Reply(text=text)
+
+    respond.seen = seen  # type: ignore[attr-defined]
+    return respond
+
+
+async def test_an_explicit_task_asks_the_model_only_for_the_code(make_agent, bug_repo: Path) -> None:
+    respond = answering(GOOD)
+    async with ScriptedServer(responder=respond) as srv:
+        agent, rec = make_agent(srv, root=bug_repo, task=EXPLICIT, model_parameters=SMOLLM2_PARAMETERS,
+                                user_present=False)
+        outcome = await agent.run()
+    assert outcome.status is RunStatus.COMPLETED, outcome
+    assert rec.of(ev.ProtocolSelected)[0].protocol is ToolProtocol.GUIDED
+    tools = [e.tool for e in rec.of(ev.ToolCallStarted)]
+    assert tools == ["read_file", "replace_in_file", "execute_command", "attempt_completion"]
+    assert len(srv.requests) == 1  # the steps the task's state decides take no model turn
+    request = srv.requests[0]
+    assert request["messages"][0]["content"] == SYSTEM_PROMPT_GUIDED
+    assert "Write the new code of `Inventory.total_value` in inventory/stock.py" in request["messages"][-1]["content"]
+    assert request["temperature"] == 0.0  # the first draft is greedy
+    assert suite_passes(bug_repo)
+    assert rec.of(ev.ToolCallFinished)[2].result.startswith("Exit code: 0")
+    assert "inventory/stock.py" in outcome.result and "passes" in outcome.result
+    assert "".join(e.text for e in rec.of(ev.TextStreamed)) == GOOD  # the pane shows the code as it comes
+
+
+async def test_a_vague_task_lets_the_model_choose_and_redraws_broken_code(make_agent, bug_repo: Path) -> None:
+    broken = "```python\ndef total_value(self):\n    return sum(item.price *\n```"
+    respond = answering(
+        call_text("execute_command", {"command": "python -m pytest -q"}),
+        call_text("read_file", {"path": "inventory/stock.py"}),
+        call_text("replace_in_file", {"path": "inventory/stock.py", "target": "Inventory.total_value"}),
+        broken, GOOD,
+    )
+    async with ScriptedServer(responder=respond) as srv:
+        agent, rec = make_agent(srv, root=bug_repo, task="A test fails. Fix the code.",
+                                model_parameters=SMOLLM2_PARAMETERS, user_present=False)
+        outcome = await agent.run()
+    assert outcome.status is RunStatus.COMPLETED, outcome
+    calls = [(e.tool, e.arguments.get("path") or e.arguments.get("command")) for e in rec.of(ev.ToolCallStarted)]
+    assert calls == [("execute_command", "python -m pytest -q"), ("read_file", "inventory/stock.py"),
+                     ("replace_in_file", "inventory/stock.py"), ("execute_command", "python -m pytest -q"),
+                     ("attempt_completion", None)]
+    regexes = [regex for regex, _ in respond.seen]
+    reads = [[part for part in rx.split("<tool_call>") if "read_file" in part] for rx in regexes[:3]]
+    assert "tests\\/test_inventory\\.py" in reads[0][0]  # any file at first …
+    assert "inventory\\/stock" not in reads[2][0]  # … but not one shown as it is now
+    assert [r["temperature"] for r in srv.requests[3:]] == [0.0, 0.5]  # a redraw after code that does not parse
+    assert suite_passes(bug_repo)
+    assert rec.of(ev.MistakeCounted) == []
+
+
+async def test_tests_that_still_fail_lead_to_another_draft_not_a_stop(make_agent, bug_repo: Path) -> None:
+    wrong = GOOD.replace("item.price * item.quantity", "item.price + item.quantity")
+    respond = answering(wrong, GOOD)
+    async with ScriptedServer(responder=respond) as srv:
+        agent, rec = make_agent(srv, root=bug_repo, task=EXPLICIT, model_parameters=SMOLLM2_PARAMETERS,
+                                user_present=False)
+        outcome = await agent.run()
+    assert outcome.ok
+    second = srv.requests[1]
+    assert second["temperature"] == 0.5
+    ask = second["messages"][-1]["content"]
+    assert "The tests failed with:" in ask and "assert" in ask
+    assert "item.price for item" in ask  # redrawn from the code as it was read, not the wrong draft
+    assert [e.tool for e in rec.of(ev.ToolCallStarted)].count("execute_command") == 2
+    assert suite_passes(bug_repo)
+
+
+async def test_a_repeated_call_switches_a_free_session_to_guided(make_agent, bug_repo: Path) -> None:
+    read = Reply(tool_calls=[ToolCall("read_file", {"path": "inventory/stock.py"})])
+    respond = answering(GOOD)
+
+    def script(body: dict[str, Any], n: int) -> Reply:
+        return read if n < 2 else respond(body, n)
+
+    async with ScriptedServer(responder=script) as srv:
+        agent, rec = make_agent(srv, root=bug_repo, task=EXPLICIT, user_present=False)
+        outcome = await agent.run()
+    assert [e.protocol for e in rec.of(ev.ProtocolSelected)] == [ToolProtocol.NATIVE, ToolProtocol.GUIDED]
+    assert rec.of(ev.MistakeCounted) == []  # a recovery step, not a mistake
+    assert srv.requests[2]["messages"][0]["content"] == SYSTEM_PROMPT_GUIDED
+    assert outcome.ok and suite_passes(bug_repo)

@@ -1,0 +1,247 @@
+"""The guided protocol's parts: symbols, workspace, state from a history, the narrowed
+choice and its regular expressions (checked with Python's ``re``, whose dialect covers the
+subset the engine's xgrammar compiles), model sizes and protocol choice."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from workstation.agent.config import AgentConfig, ProtocolChoice
+from workstation.agent.guided import actions
+from workstation.agent.guided.actions import Arg, Choice, Option, call_text, choice_regex, choose, parse_call
+from workstation.agent.guided.state import read_state
+from workstation.agent.guided.symbols import (
+    WHOLE_FILE, find_symbol, header_line, parses, python_symbols, replace_symbol, symbol_source,
+)
+from workstation.agent.guided.turn import code_regex
+from workstation.agent.guided.workspace import Workspace, detect_test_command, look, mentioned_paths
+from workstation.agent.model_size import model_parameters, parameters_from_config, parameters_from_name
+from workstation.agent.protocols import choose_protocol
+from workstation.core.agent_events import ToolProtocol
+from workstation.core.endpoints import Endpoint
+
+SOURCE = '''"""Stock."""
+
+LIMIT = [
+    1,
+    2,
+]
+
+
+class Inventory:
+    def __init__(self):
+        self._items = {}
+
+    @property
+    def size(self):
+        return len(self._items)
+
+    def total_value(self):
+        return sum(item.price for item in self._items.values())
+
+
+def helper(x):
+    return x + 1
+'''
+
+
+def test_symbols_and_rewriting_one() -> None:
+    names = [s.name for s in python_symbols(SOURCE)]
+    assert names == ["LIMIT", "Inventory", "Inventory.__init__", "Inventory.size", "Inventory.total_value",
+                     "helper"]
+    method = find_symbol(SOURCE, "Inventory.total_value")
+    assert method.indent == 4 and header_line(SOURCE, method) == "def total_value(self):"
+    assert symbol_source(SOURCE, method).startswith("def total_value(self):\n    return sum(")
+    new = "def total_value(self):\n    return sum(i.price * i.quantity for i in self._items.values())\n"
+    changed = replace_symbol(SOURCE, method, new)
+    assert parses(changed) is None
+    assert "        return sum(i.price * i.quantity" in changed and "helper" in changed
+    assert find_symbol(SOURCE, "Inventory.size").start_line == find_symbol(changed, "Inventory.size").start_line
+    assert python_symbols("def broken(:\n") is None
+    assert parses("def broken(:\n").startswith("line 1")
+
+
+def test_workspace_files_mentions_and_test_command(tmp_path: Path) -> None:
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "core.py").write_text("x = 1\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_core.py").write_text("def test(): pass\n")
+    (tmp_path / ".gitignore").write_text("*.pyc\n")
+    (tmp_path / "logo.png").write_bytes(b"\x89PNG")
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "x.pyc").write_bytes(b"0")
+    task = "total_value in pkg/core.py must use item.price * item.quantity; also add pkg/extra.py. Run pytest."
+    assert mentioned_paths(task) == ["pkg/core.py", "pkg/extra.py"]  # item.price is no file
+    ws = look(tmp_path, task)
+    assert ws.files == ("pkg/core.py", "tests/test_core.py")  # named first; no dot-files, binaries, caches
+    assert ws.mentioned == ("pkg/core.py",) and ws.new_paths == ("pkg/extra.py",)
+    assert ws.test_command == "python -m pytest -q" and "total_value" in ws.words
+    assert detect_test_command(tmp_path, "then run python -m pytest -q tests/test_core.py") == \
+        "python -m pytest -q tests/test_core.py"
+    node = tmp_path / "node"
+    node.mkdir()
+    (node / "package.json").write_text(json.dumps({"scripts": {"test": "jest"}}))
+    assert detect_test_command(node) == "npm test --silent"
+    assert detect_test_command(tmp_path / "pkg") is None
+
+
+def _call(cid: str, name: str, **args: str) -> dict:
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": cid, "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]}
+
+
+def _result(cid: str, text: str) -> dict:
+    return {"role": "tool", "tool_call_id": cid, "content": text}
+
+
+def test_state_is_read_from_the_history() -> None:
+    history = [
+        {"role": "system", "content": "s"}, {"role": "user", "content": "task"},
+        _call("1", "read_file", path="a.py"), _result("1", "def f():\n    return 1\n"),
+        _call("2", "read_file", path="nope.py"), _result("2", "[ERROR] nope.py does not exist."),
+        _call("3", "replace_in_file", path="a.py", target="f", diff="..."), _result("3", "Applied 1 block to a.py."),
+    ]
+    state = read_state(history, "python -m pytest -q")
+    assert list(state.reads) == ["a.py"] and state.first_reads["a.py"].startswith("def f()")
+    assert state.changed_since_test == 1 and state.shown_current("a.py") and state.attempts("a.py", "f") == 1
+    history += [_call("4", "execute_command", command="python -m pytest -q"),
+                _result("4", "Exit code: 1\nOutput:\nE   assert 1 == 2\n1 failed")]
+    state = read_state(history, "python -m pytest -q")
+    assert (state.test_runs, state.last_test_passed, state.changed_since_test) == (1, False, 0)
+    history += [_call("5", "replace_in_file", path="a.py", target="f", diff="..."),
+                _result("5", "a.py is unchanged (the REPLACE parts equal the SEARCH parts).")]
+    assert read_state(history, "python -m pytest -q").changed_since_test == 0  # no change, no test due
+
+
+WS_FILES = ("pkg/core.py", "README.md", "tests/test_core.py")
+
+
+def _ws(tmp_path: Path, task: str) -> Workspace:
+    (tmp_path / "pkg").mkdir(exist_ok=True)
+    (tmp_path / "pkg" / "core.py").write_text(SOURCE)
+    (tmp_path / "README.md").write_text("# pkg\n")
+    (tmp_path / "tests").mkdir(exist_ok=True)
+    (tmp_path / "tests" / "test_core.py").write_text("def test(): pass\n")
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'pkg'\n")
+    return look(tmp_path, task)
+
+
+def test_the_choice_follows_the_task(tmp_path: Path) -> None:
+    ws = _ws(tmp_path, "Inventory.total_value in pkg/core.py ignores the quantity. Then run the tests.")
+    fresh = read_state([], ws.test_command)
+    first = choose(fresh, ws, {})
+    assert [o.tool for o in first.options] == ["read_file"]  # the named file, and only it
+    assert first.options[0].args == (Arg("path", ("pkg/core.py",)),)
+    read = read_state([_call("1", "read_file", path="pkg/core.py"), _result("1", SOURCE)], ws.test_command)
+    targets = {"pkg/core.py": actions.edit_targets([s.name for s in python_symbols(SOURCE)])}
+    second = choose(read, ws, targets)
+    assert second.options == (Option("replace_in_file", (Arg("path", ("pkg/core.py",)),
+                                                         Arg("target", ("Inventory.total_value",)))),)
+    edited = read_state([_call("1", "read_file", path="pkg/core.py"), _result("1", SOURCE),
+                         _call("2", "replace_in_file", path="pkg/core.py", target="Inventory.total_value"),
+                         _result("2", "Applied 1 SEARCH/REPLACE block to pkg/core.py.")], ws.test_command)
+    assert choose(edited, ws, targets).tools == ("execute_command",)  # run the tests after an edit
+
+
+def test_a_vague_task_offers_every_file_and_target(tmp_path: Path) -> None:
+    ws = _ws(tmp_path, "Something is off. Fix it.")
+    first = choose(read_state([], ws.test_command), ws, {})
+    assert first.tools == ("read_file", "execute_command")
+    assert set(first.options[0].args[0].values) == {"pkg/core.py", "README.md", "pyproject.toml",
+                                                     "tests/test_core.py"}
+    history = [_call("1", "read_file", path="pkg/core.py"), _result("1", SOURCE),
+               _call("2", "read_file", path="tests/test_core.py"), _result("2", "def test(): pass\n")]
+    targets = {"pkg/core.py": actions.edit_targets(["helper"]), "tests/test_core.py": actions.edit_targets(["test"])}
+    choice = choose(read_state(history, ws.test_command), ws, targets)
+    edit_paths = [o.args[0].values for o in choice.options if o.tool == "replace_in_file"]
+    assert edit_paths == [("pkg/core.py",)]  # test files are not offered while code was read
+    read_again = [o for o in choice.options if o.tool == "read_file"][0].args[0].values
+    assert "pkg/core.py" not in read_again  # a file shown as it is now is not offered again
+
+
+def test_finish_comes_once_the_tests_pass_after_a_change(tmp_path: Path) -> None:
+    ws = _ws(tmp_path, "Fix helper in pkg/core.py.")
+    history = [_call("1", "read_file", path="pkg/core.py"), _result("1", SOURCE),
+               _call("2", "replace_in_file", path="pkg/core.py", target="helper"), _result("2", "Applied 1 block."),
+               _call("3", "execute_command", command="python -m pytest -q"), _result("3", "Exit code: 0\nOutput:\n1 passed")]
+    assert choose(read_state(history, ws.test_command), ws, {}).tools == ("attempt_completion",)
+
+
+def test_choice_regex_accepts_exactly_the_allowed_calls() -> None:
+    choice = Choice((
+        Option("read_file", (Arg("path", ("a.py", 'we"ird/b.py')),)),
+        Option("replace_in_file", (Arg("path", ("a.py",)), Arg("target", ("Inventory.total_value", WHOLE_FILE)))),
+        Option("execute_command", (Arg("command", ("python -m pytest -q",)),)),
+        Option("attempt_completion"),
+        Option("write_to_file", (Arg("path", pattern="(pkg/)?" + actions.NEW_NAME_PATTERN),)),
+    ), "hint")
+    rx = re.compile(choice_regex(choice))
+    good = [call_text("read_file", {"path": "a.py"}), call_text("read_file", {"path": 'we"ird/b.py'}),
+            call_text("replace_in_file", {"path": "a.py", "target": "Inventory.total_value"}),
+            call_text("replace_in_file", {"path": "a.py", "target": WHOLE_FILE}),
+            call_text("execute_command", {"command": "python -m pytest -q"}),
+            call_text("attempt_completion", {}), call_text("write_to_file", {"path": "pkg/new_mod.py"})]
+    for text in good:
+        assert rx.fullmatch(text), text
+        name, args = parse_call(text)
+        assert call_text(name, args) == text
+    bad = [call_text("read_file", {"path": "c.py"}), call_text("replace_in_file", {"path": "a.py", "target": "x"}),
+           call_text("execute_command", {"command": "rm -rf /"}), call_text("write_to_file", {"path": "../x.py"}),
+           call_text("write_to_file", {"path": "other/x.py"}), '<tool_call>\n{"name": "read_file"}\n</tool_call>']
+    for text in bad:
+        assert not rx.fullmatch(text), text
+    assert parse_call("no call") is None
+
+
+def test_code_regex_holds_the_draft_to_the_function() -> None:
+    rx = re.compile(code_regex("python", "def total_value(self):", "def"))
+    assert rx.fullmatch("```python\ndef total_value(self):\n    return 1\n\n    # done `here`\n```")
+    assert not rx.fullmatch("```python\ndef total_value(self):\n```")  # a body is needed
+    assert not rx.fullmatch("```python\ndef other(self):\n    return 1\n```")
+    assert not rx.fullmatch("```python\ndef total_value(self):\n    return 1\ndef more():\n    pass\n```")
+    assign = re.compile(code_regex("python", "LIMIT = [", "assign"))
+    assert assign.fullmatch("```python\nLIMIT = [\n    1,\n]\n```")
+    whole = re.compile(code_regex("markdown", None, "file"))
+    assert whole.fullmatch("```markdown\n# title\n\ntext with `code`\n```")
+    assert not whole.fullmatch("```markdown\n```inner\n```")
+
+
+def test_model_sizes() -> None:
+    smollm2 = {"hidden_size": 576, "num_hidden_layers": 30, "vocab_size": 49152, "intermediate_size": 1536,
+               "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64, "tie_word_embeddings": True}
+    assert parameters_from_config(smollm2) == 134_515_008  # transformers counts 134,515,008
+    qwen7b = {"hidden_size": 3584, "num_hidden_layers": 28, "vocab_size": 152064, "intermediate_size": 18944,
+              "num_attention_heads": 28, "num_key_value_heads": 4, "tie_word_embeddings": False}
+    assert 7.0e9 < parameters_from_config(qwen7b) < 7.8e9
+    assert parameters_from_config({"hidden_size": 8}) is None
+    assert parameters_from_name("SmolLM2-135M-Instruct") == 135_000_000
+    assert parameters_from_name("Qwen2.5-Coder-1.5B") == 1_500_000_000
+    assert parameters_from_name("gpt-4.1-mini") is None
+    assert model_parameters(None, "llama-3-70b") == 70_000_000_000
+
+
+@pytest.mark.parametrize("size,name,native,expected", [
+    (134_515_008, "smollm2", True, ToolProtocol.GUIDED),
+    (7_600_000_000, "qwen", True, ToolProtocol.NATIVE),
+    (7_600_000_000, "qwen", False, ToolProtocol.TEXT),
+    (None, "SmolLM2-135M", True, ToolProtocol.GUIDED),  # size unknown: by name
+    (None, "big-model", None, ToolProtocol.NATIVE),
+])
+def test_protocol_by_model_size(size, name, native, expected) -> None:
+    endpoint = Endpoint("http://127.0.0.1:9", "", name, native_tools=native)
+    protocol, why = choose_protocol(AgentConfig(model_parameters=size), endpoint)
+    assert protocol is expected, why
+    if size and native:
+        assert "parameters" in why
+
+
+def test_the_threshold_is_a_setting() -> None:
+    endpoint = Endpoint("http://127.0.0.1:9", "", "qwen")
+    assert choose_protocol(AgentConfig(model_parameters=7_600_000_000, guided_max_parameters=8_000_000_000),
+                           endpoint)[0] is ToolProtocol.GUIDED
+    assert choose_protocol(AgentConfig(model_parameters=134_515_008, protocol=ProtocolChoice.NATIVE),
+                           endpoint)[0] is ToolProtocol.NATIVE

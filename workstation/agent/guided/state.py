@@ -1,0 +1,122 @@
+"""Where a task stands, read from the conversation itself (so a resumed session, or one
+switched to the guided protocol half-way, needs no extra bookkeeping): which files were
+read, which were changed, whether the tests ran since, and how they ended."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from workstation.agent.guided.workspace import is_test_command
+from workstation.agent.history import Message
+
+_FAILED_PREFIXES = ("[ERROR]", "[DENIED]", "[REFUSED]", "[SKIPPED]", "[INTERRUPTED]")
+_EXIT = re.compile(r"^Exit code: (-?\d+)")
+EDIT_TOOLS = ("replace_in_file", "write_to_file")
+
+
+@dataclass(slots=True)
+class GuidedState:
+    reads: dict[str, int] = field(default_factory=dict)
+    """Path → index (in the history) of its last successful read."""
+    first_reads: dict[str, str] = field(default_factory=dict)
+    """Path → the text its first successful read showed (the code before this session's edits)."""
+    changes: dict[str, int] = field(default_factory=dict)
+    """Path → index of its last successful change."""
+    edit_attempts: dict[str, int] = field(default_factory=dict)
+    """``path::target`` → how many times it was rewritten."""
+    changed_since_test: int = 0
+    test_runs: int = 0
+    last_test_passed: bool | None = None
+    last_test_output: str = ""
+    last_call: tuple[str, str] | None = None
+    """(tool, arguments JSON) of the last call that succeeded."""
+    completed: bool = False
+
+    @property
+    def changed_any(self) -> bool:
+        return bool(self.changes)
+
+    def shown_current(self, path: str) -> bool:
+        """The model saw this file as it is now (read, or written by itself, since its last
+        change)."""
+        read = self.reads.get(path)
+        return read is not None and read >= self.changes.get(path, -1)
+
+    def attempts(self, path: str, target: str) -> int:
+        return self.edit_attempts.get(f"{path}::{target}", 0)
+
+
+def _args(call: dict[str, Any]) -> dict[str, Any]:
+    fn = call.get("function") or {}
+    raw = fn.get("arguments") or "{}"
+    try:
+        value = orjson.loads(raw) if isinstance(raw, str) else raw
+    except orjson.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _strip_read_header(text: str) -> str:
+    if text.startswith("[") and "]\n" in text.split("\n", 1)[0] + "\n":
+        first, _, rest = text.partition("\n")
+        if first.endswith("]") and ":" in first:
+            return rest
+    return text
+
+
+def read_state(messages: list[Message], test_command: str | None) -> GuidedState:
+    """Fold the history into a :class:`GuidedState`."""
+    state = GuidedState()
+    calls: dict[str, tuple[str, dict[str, Any], str]] = {}
+    for index, message in enumerate(messages):
+        role = message.get("role")
+        if role == "assistant":
+            for call in message.get("tool_calls") or ():
+                fn = call.get("function") or {}
+                calls[call.get("id", "")] = (fn.get("name", ""), _args(call), fn.get("arguments") or "{}")
+            continue
+        if role != "tool":
+            continue
+        found = calls.get(message.get("tool_call_id", ""))
+        if found is None:
+            continue
+        name, args, raw = found
+        text = message.get("content") or ""
+        if not isinstance(text, str) or text.startswith(_FAILED_PREFIXES):
+            continue
+        path = str(args.get("path", ""))
+        if name == "read_file":
+            state.reads[path] = index
+            state.first_reads.setdefault(path, _strip_read_header(text))
+        elif name in EDIT_TOOLS:
+            target = str(args.get("target", ""))
+            key = f"{path}::{target}"
+            state.edit_attempts[key] = state.edit_attempts.get(key, 0) + 1
+            if "is unchanged" not in text.split("\n", 1)[0]:
+                state.changes[path] = index
+                state.reads[path] = index  # the model wrote it: it knows the new text
+                state.changed_since_test += 1
+        elif name == "execute_command":
+            command = str(args.get("command", ""))
+            if is_test_command(command, test_command):
+                match = _EXIT.match(text)
+                state.test_runs += 1
+                state.last_test_passed = bool(match and int(match.group(1)) == 0)
+                state.last_test_output = text
+                state.changed_since_test = 0
+        elif name == "attempt_completion":
+            state.completed = True
+        state.last_call = (name, raw)
+    return state
+
+
+def failure_summary(output: str, max_lines: int = 12, max_chars: int = 900) -> str:
+    """The lines of a test run that say what failed (pytest's ``E`` lines and its summary)."""
+    lines = output.splitlines()
+    keep = [ln for ln in lines if ln.startswith(("E ", ">", "FAILED", "ERROR")) or " failed" in ln or "Error" in ln]
+    text = "\n".join(keep[:max_lines]) if keep else "\n".join(lines[-max_lines:])
+    return text[:max_chars]

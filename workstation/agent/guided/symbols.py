@@ -1,0 +1,106 @@
+"""Python symbols as edit targets: where a function, method, class or top-level
+assignment sits in a file, its source, and the file with it rewritten.
+
+The guided protocol lets a small model rewrite one symbol at a time (it copies code well
+and writes JSON-escaped code badly). Pure functions over text; no I/O.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from dataclasses import dataclass
+
+WHOLE_FILE = "(whole file)"
+"""The edit target that rewrites a whole file (any text file, or Python that does not parse)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Symbol:
+    name: str
+    """``median``, ``Inventory.total_value``, ``SYMBOLS``."""
+    kind: str
+    """``def`` (function or method), ``class`` or ``assign``."""
+    start_line: int
+    """1-based line of the header (``def``/``class``/the assignment), after decorators."""
+    end_line: int
+    """1-based last line, inclusive."""
+    indent: int
+    """Column of the header."""
+
+
+def python_symbols(text: str) -> list[Symbol] | None:
+    """Functions, classes, methods (``Class.method``) and top-level ``NAME = …`` of ``text``,
+    in file order; None when the text is not valid Python."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    found: list[Symbol] = []
+
+    def add(node: ast.AST, name: str, kind: str) -> None:
+        end = getattr(node, "end_lineno", None) or node.lineno  # type: ignore[attr-defined]
+        found.append(Symbol(name, kind, node.lineno, end, node.col_offset))  # type: ignore[attr-defined]
+
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            add(node, node.name, "def")
+        elif isinstance(node, ast.ClassDef):
+            add(node, node.name, "class")
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    add(item, f"{node.name}.{item.name}", "def")
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [t.id for t in targets if isinstance(t, ast.Name)]
+            if names:
+                add(node, names[0], "assign")
+    found.sort(key=lambda s: s.start_line)
+    return found
+
+
+def find_symbol(text: str, name: str) -> Symbol | None:
+    for symbol in python_symbols(text) or ():
+        if symbol.name == name:
+            return symbol
+    return None
+
+
+def symbol_lines(text: str, symbol: Symbol) -> list[str]:
+    """The symbol's lines as they are in the file (indented, no line ends)."""
+    return text.splitlines()[symbol.start_line - 1: symbol.end_line]
+
+
+def symbol_source(text: str, symbol: Symbol) -> str:
+    """The symbol's source, dedented to column 0 (what the model sees and rewrites)."""
+    return textwrap.dedent("\n".join(symbol_lines(text, symbol)))
+
+
+def header_line(text: str, symbol: Symbol) -> str:
+    """The first line of the dedented source: ``def median(values):``."""
+    return symbol_source(text, symbol).split("\n", 1)[0]
+
+
+def indent_code(code: str, columns: int) -> list[str]:
+    """``code`` (column 0) moved right by ``columns`` spaces; blank lines stay empty."""
+    pad = " " * columns
+    return [(pad + line if line.strip() else "") for line in code.rstrip("\n").split("\n")]
+
+
+def replace_symbol(text: str, symbol: Symbol, new_code: str) -> str:
+    """``text`` with the symbol's lines replaced by ``new_code`` (given at column 0)."""
+    lines = text.splitlines()
+    ending = "\n" if text.endswith("\n") or not text else ""
+    new = lines[: symbol.start_line - 1] + indent_code(new_code, symbol.indent) + lines[symbol.end_line:]
+    return "\n".join(new) + ending
+
+
+def parses(text: str) -> str | None:
+    """None when ``text`` is valid Python, else the error in one line."""
+    try:
+        ast.parse(text)
+    except SyntaxError as exc:
+        return f"line {exc.lineno}: {exc.msg}"
+    except ValueError as exc:
+        return str(exc)
+    return None

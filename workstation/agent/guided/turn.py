@@ -1,0 +1,312 @@
+"""One model turn of the guided protocol: look at the worktree, narrow the next call, let
+the model choose it (held to a regular expression, so it is valid by construction), and
+for an edit let it write the new code of the one function it chose (held to a code block
+that starts where the function starts).
+
+A step with only one possible call (run the tests after an edit, finish once they pass)
+is taken without asking the model. The result is an ordinary :class:`ReplyCalls` of real
+tool calls (``read_file``, ``replace_in_file``, ``write_to_file``, ``execute_command``,
+``attempt_completion``), so approvals, the sandbox, checkpoints and the transcript work
+as for any other protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from workstation.agent.config import AgentConfig
+from workstation.agent.guided import actions, texts
+from workstation.agent.guided.actions import Choice
+from workstation.agent.guided.state import GuidedState, failure_summary, read_state
+from workstation.agent.guided.symbols import (
+    WHOLE_FILE, Symbol, find_symbol, header_line, indent_code, parses, python_symbols, replace_symbol,
+    symbol_lines, symbol_source,
+)
+from workstation.agent.guided.workspace import Workspace, look, mentioned_paths
+from workstation.agent.history import Message
+from workstation.agent.protocols import ReplyCalls
+from workstation.agent.toolbox import tool_executor
+from workstation.agent.toolcalls import RawCall, new_call_id
+from workstation.agent.turn import TurnResult
+from workstation.core import agent_events as ev
+from workstation.engine.chat_client import ChatClient, Usage
+
+log = logging.getLogger(__name__)
+
+CHOICE_MAX_TOKENS = 120
+CODE_MAX_TOKENS = 1024
+CODE_ATTEMPTS = 3
+"""Code drafts per edit turn: a draft that does not parse, or changes nothing, is redrawn."""
+_LANGUAGES = {".py": "python", ".js": "javascript", ".ts": "typescript", ".rs": "rust", ".go": "go",
+              ".sh": "bash", ".toml": "toml", ".json": "json", ".md": "markdown", ".yaml": "yaml",
+              ".yml": "yaml", ".ini": "ini", ".cfg": "ini"}
+_MARKERS = re.compile(r"^\s*(-{7} SEARCH|={7}|\+{7} REPLACE)\s*$", re.M)
+
+
+@dataclass(slots=True)
+class _Spent:
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+
+    def add(self, usage: Usage | None) -> None:
+        if usage is not None:
+            self.prompt += usage.prompt_tokens
+            self.completion += usage.completion_tokens
+            self.cached += usage.cached_tokens
+
+    def usage(self) -> Usage | None:
+        if not (self.prompt or self.completion):
+            return None
+        return Usage(self.prompt, self.completion, self.cached)
+
+
+def language_of(path: str) -> str:
+    return _LANGUAGES.get(Path(path).suffix.lower(), "")
+
+
+def _read_texts(root: Path, paths: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for rel in paths:
+        try:
+            out[rel] = (root / rel).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+    return out
+
+
+async def _blocking(fn: Callable[..., Any], *args: Any) -> Any:
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(tool_executor(), functools.partial(fn, *args))
+
+
+def _targets(texts_now: dict[str, str], state: GuidedState, ws: Workspace) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for path in state.reads:
+        if path not in texts_now or path not in ws.files:
+            continue
+        names = None
+        if path.endswith(".py"):
+            symbols = python_symbols(texts_now[path])
+            names = [s.name for s in symbols] if symbols is not None else None
+        out[path] = actions.edit_targets(names)
+    return out
+
+
+def with_named_in_files(ws: Workspace, texts_now: dict[str, str], root: Path) -> Workspace:
+    """``ws`` plus the new files that the files read name ("write hello.py"), where their
+    folder exists: a task can live in a file."""
+    extra = [p for text in texts_now.values() for p in mentioned_paths(text)
+             if p not in ws.files and p not in ws.new_paths and not (root / p).exists()
+             and Path(p).parent.as_posix() in ws.folders]
+    if not extra:
+        return ws
+    return replace(ws, new_paths=tuple(dict.fromkeys((*ws.new_paths, *extra)))[:20])
+
+
+def _forced(choice: Choice) -> tuple[str, dict[str, str]] | None:
+    """The call itself when the choice leaves exactly one."""
+    if len(choice.options) != 1:
+        return None
+    option = choice.options[0]
+    args: dict[str, str] = {}
+    for arg in option.args:
+        if len(arg.values) != 1:
+            return None
+        args[arg.name] = arg.values[0]
+    return option.tool, args
+
+
+def body_regex(kind: str) -> str:
+    """The lines after the header: indented (a function or class body), or, for an
+    assignment, also closing brackets; then the closing fence."""
+    if kind == "assign":
+        line = r"([ \t\)\]\}][^\n]*)?\n"
+        return f"({line})*```"
+    line = r"([ \t][^\n]*)?\n"
+    return r"[ \t][^\n]*\n" + f"({line})*```"
+
+
+def code_regex(language: str, header: str | None, kind: str) -> str:
+    fence = actions.regex_escape(f"```{language}\n")
+    if header is None:  # a whole file: any lines but a closing fence
+        return fence + r"([^`\n][^\n]*\n|\n)*```"
+    return fence + actions.regex_escape(header + "\n") + body_regex(kind)
+
+
+def extract_code(text: str) -> str:
+    body = text.split("\n", 1)[1] if text.startswith("```") and "\n" in text else text
+    if body.rstrip().endswith("```"):
+        body = body.rstrip()[:-3]
+    return body.rstrip("\n") + "\n"
+
+
+@dataclass(slots=True)
+class _Edit:
+    tool: str
+    args: dict[str, str]
+    text: str
+    """The code block as the model wrote it (shown in the pane)."""
+
+
+class GuidedTurn:
+    """One turn; built per turn (it holds only what this turn looked at)."""
+
+    def __init__(self, client: ChatClient, messages: list[Message], *, root: Path, task: str,
+                 config: AgentConfig, session_id: str, turn: int, max_tokens: int,
+                 emit: Callable[[ev.AgentEvent], None]) -> None:
+        self.client = client
+        self.messages = messages
+        self.root = Path(root)
+        self.task = task
+        self.config = config
+        self.session_id = session_id
+        self.turn = turn
+        self.max_tokens = max_tokens
+        self.emit = emit
+        self.spent = _Spent()
+
+    async def run(self) -> TurnResult:
+        self.emit(ev.TurnStarted(self.session_id, self.turn))
+        shown = ""
+        try:
+            ws: Workspace = await _blocking(look, self.root, self.task)
+            state = read_state(self.messages, ws.test_command)
+            now: dict[str, str] = await _blocking(_read_texts, self.root, list(state.reads))
+            ws = with_named_in_files(ws, now, self.root)
+            choice = actions.choose(state, ws, _targets(now, state, ws))
+            picked = _forced(choice)
+            if picked is None:
+                picked_text = await self._choose(choice)
+                picked = actions.parse_call(picked_text)
+                if picked is None:
+                    return TurnResult(ReplyCalls({"role": "assistant", "content": picked_text}, []),
+                                      picked_text, "stop", self.spent.usage())
+            tool, args = picked
+            if tool in ("replace_in_file", "write_to_file"):
+                edit = await self._write_code(tool, args, state, ws, now)
+                tool, args, shown = edit.tool, edit.args, edit.text
+            elif tool == "attempt_completion":
+                args = {"result": texts.completion_result(sorted(state.changes), ws.test_command,
+                                                          state.last_test_passed)}
+        except BaseException:
+            self.emit(ev.TurnFinished(self.session_id, self.turn, "error", shown, 0))
+            raise
+        call = RawCall(new_call_id(), tool, actions.arguments_json(args))
+        message: Message = {"role": "assistant", "content": None, "tool_calls": [call.as_message_entry()]}
+        return TurnResult(ReplyCalls(message, [call]), shown, "tool_calls", self.spent.usage())
+
+    # ----- requests -----
+    async def _stream(self, messages: list[Message], regex: str, *, max_tokens: int,
+                      temperature: float, show: bool) -> tuple[str, str]:
+        parts: list[str] = []
+        finish = ""
+        usage: Usage | None = None
+        async for delta in self.client.stream_chat(
+            messages, max_tokens=max_tokens, temperature=temperature,
+            extra={"structured_outputs": {"regex": regex}},
+        ):
+            if delta.content:
+                parts.append(delta.content)
+                if show:
+                    self.emit(ev.TextStreamed(self.session_id, self.turn, delta.content))
+            if delta.finish_reason:
+                finish = delta.finish_reason
+            usage = delta.usage or usage
+        self.spent.add(usage)
+        return "".join(parts), finish
+
+    def _choice_temperature(self) -> float:
+        return self.config.temperature if self.config.temperature is not None else 0.0
+
+    async def _choose(self, choice: Choice) -> str:
+        request = [*self.messages, {"role": "user", "content": texts.step_hint(choice.hint)}]
+        text, _ = await self._stream(request, actions.choice_regex(choice), max_tokens=CHOICE_MAX_TOKENS,
+                                     temperature=self._choice_temperature(), show=False)
+        return text
+
+    async def _write_code(self, tool: str, args: dict[str, str], state: GuidedState, ws: Workspace,
+                          now: dict[str, str]) -> _Edit:
+        path = args["path"]
+        target = args.get("target", WHOLE_FILE)
+        current = now.get(path)
+        new_file = tool == "write_to_file" and current is None
+        original = state.first_reads.get(path, current or "")
+        language = language_of(path)
+        sym_now: Symbol | None = None
+        sym_then: Symbol | None = None
+        if target != WHOLE_FILE and current is not None:
+            sym_now = find_symbol(current, target)
+            sym_then = find_symbol(original, target) or sym_now
+        if sym_then is not None:
+            base_text = original if find_symbol(original, target) else (current or "")
+            before = symbol_source(base_text, sym_then)
+            header: str | None = header_line(base_text, sym_then)
+            kind = sym_then.kind
+        else:
+            before = "" if new_file else original
+            header, kind = None, "file"
+            target = WHOLE_FILE
+        failure = failure_summary(state.last_test_output) if state.last_test_passed is False else ""
+        ask = texts.code_request(path=path, target=target, task=self.task, before=before,
+                                 language=language, failure=failure, new_file=new_file)
+        picked = actions.call_text(tool, {"path": path} if new_file else {"path": path, "target": target})
+        request = [*self.messages, {"role": "assistant", "content": picked}, {"role": "user", "content": ask}]
+        regex = code_regex(language, header, kind)
+        tries = state.attempts(path, target)
+        drafts: list[tuple[str, str]] = []
+        for attempt in range(CODE_ATTEMPTS):
+            temperature = 0.0 if tries == 0 and attempt == 0 else self.config.guided_retry_temperature
+            if attempt:
+                self.emit(ev.TextStreamed(self.session_id, self.turn, "\n"))
+            text, _finish = await self._stream(request, regex, max_tokens=min(CODE_MAX_TOKENS, self.max_tokens),
+                                               temperature=temperature, show=True)
+            code = extract_code(text)
+            new_text = self._apply(current, original, sym_now, sym_then, code, new_file)
+            drafts.append((text, new_text))
+            problem = None
+            if new_text == current:
+                problem = "changes nothing"
+            elif path.endswith(".py"):
+                problem = parses(new_text)
+            if problem is None:
+                break
+            log.info("guided %s turn %d: draft %d of %s %s; drawing again", self.session_id, self.turn,
+                     attempt + 1, target, problem)
+        text, new_text = drafts[-1]
+        if sym_now is not None and current is not None and not _MARKERS.search(new_text):
+            search = "\n".join(symbol_lines(current, sym_now))
+            replace = "\n".join(indent_code(extract_code(text), sym_now.indent))
+            diff = f"------- SEARCH\n{search}\n=======\n{replace}\n+++++++ REPLACE"
+            return _Edit("replace_in_file", {"path": path, "target": target, "diff": diff}, text)
+        fields = {"path": path, "content": new_text} if new_file else {"path": path, "target": target,
+                                                                         "content": new_text}
+        return _Edit("write_to_file", fields, text)
+
+    @staticmethod
+    def _apply(current: str | None, original: str, sym_now: Symbol | None, sym_then: Symbol | None,
+               code: str, new_file: bool) -> str:
+        if new_file or sym_then is None:
+            return code
+        if sym_now is not None and current is not None:
+            return replace_symbol(current, sym_now, code)
+        # the file does not parse now (an earlier draft broke it): rebuild from the version read first
+        return replace_symbol(original, sym_then, code)
+
+
+async def guided_turn(client: ChatClient, messages: list[Message], *, root: Path, task: str,
+                      config: AgentConfig, session_id: str, turn: int, max_tokens: int,
+                      emit: Callable[[ev.AgentEvent], None]) -> TurnResult:
+    """One guided turn (see the module docstring)."""
+    return await GuidedTurn(client, messages, root=root, task=task, config=config, session_id=session_id,
+                            turn=turn, max_tokens=max_tokens, emit=emit).run()
+
+
+__all__ = ["GuidedTurn", "guided_turn"]
