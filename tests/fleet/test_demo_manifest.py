@@ -27,31 +27,6 @@ from workstation.fleet.sample_repos import (
     list_samples,
 )
 
-# the smallest change that makes each sample's failing test pass: proves every sample's
-# bug-fix task is well-formed (fails before, passes after) and solvable in a few lines
-REFERENCE_FIXES = {
-    "textkit": ("textkit/core.py", 're.sub(r"[^a-z0-9]", "-", text)', 're.sub(r"[^a-z0-9]+", "-", text)'),
-    "statkit": ("statkit/core.py", "    return ordered[middle]\n",
-                "    if len(ordered) % 2 == 0:\n"
-                "        return (ordered[middle - 1] + ordered[middle]) / 2\n"
-                "    return ordered[middle]\n"),
-    "todo": ("todo/store.py", 'self.items[number]["done"]', 'self.items[number - 1]["done"]'),
-    "inventory": ("inventory/stock.py", "item.price for item", "item.price * item.quantity for item"),
-    "datekit": ("datekit/calendar.py", "return year % 4 == 0",
-                "return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)"),
-    "roman": ("roman/numerals.py", '    (1000, "M"),\n    (500, "D"),\n    (100, "C"),\n    (50, "L"),\n'
-              '    (10, "X"),\n    (5, "V"),\n',
-              '    (1000, "M"),\n    (900, "CM"),\n    (500, "D"),\n    (400, "CD"),\n    (100, "C"),\n'
-              '    (90, "XC"),\n    (50, "L"),\n    (40, "XL"),\n    (10, "X"),\n    (9, "IX"),\n'
-              '    (5, "V"),\n    (4, "IV"),\n'),
-    "inilite": ("inilite/parser.py", "if not line:", 'if not line or line.startswith(("#", ";")):'),
-    "wallet": ("wallet/account.py", "        self.balance_cents -= amount_cents",
-               "        if amount_cents > self.balance_cents:\n"
-               "            raise ValueError('insufficient funds')\n"
-               "        self.balance_cents -= amount_cents"),
-}
-
-
 def git(path: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(path), *args], check=True, capture_output=True,
                           text=True).stdout.strip()
@@ -102,7 +77,7 @@ def test_prepare_creates_real_repositories_and_reuses_them(tmp_path) -> None:
     for name, path in ready.items():
         assert path == tmp_path / name
         assert git(path, "rev-parse", "--abbrev-ref", "HEAD") == "main"
-        assert git(path, "rev-list", "--count", "HEAD") == "1"
+        assert git(path, "rev-list", "--count", "HEAD") == "1"  # the bugs live on branches
         assert git(path, "status", "--porcelain") == ""
         sample = get_sample(manifest.repository(name).sample)
         tracked = set(git(path, "ls-files").splitlines())
@@ -116,21 +91,31 @@ def test_prepare_creates_real_repositories_and_reuses_them(tmp_path) -> None:
     assert git(other, "rev-parse", "HEAD") == heads[sorted(wanted)[0]]
 
 
-def test_samples_fail_before_and_pass_after_their_reference_fix(tmp_path) -> None:
-    samples = list_samples()
-    assert {s.name for s in samples} == set(REFERENCE_FIXES)
-    for sample in samples:
+def test_every_task_is_a_bug_whose_test_fails_before_and_passes_after(tmp_path) -> None:
+    """Main is green; each task's branch fails its test; the fix (main's line) turns it green."""
+    manifest = load_manifest()
+    tasks = {t.name: t for t in manifest.tasks}
+    for sample in list_samples():
+        assert len(sample.bugs) == 4, sample.name
         repo = create_sample_repository(sample.name, tmp_path / sample.name)
-        before = run_pytest(repo)
-        assert before.returncode == 1, f"{sample.name}: {before.stdout[-400:]}"
-        assert "failed" in before.stdout and "passed" in before.stdout
-        rel, old, new = REFERENCE_FIXES[sample.name]
-        file = repo / rel
-        text = file.read_text()
-        assert text.count(old) == 1, f"{sample.name}: reference fix does not apply"
-        file.write_text(text.replace(old, new))
-        after = run_pytest(repo)
-        assert after.returncode == 0, f"{sample.name}: {after.stdout[-600:]}"
+        assert run_pytest(repo).returncode == 0, f"{sample.name}: main is not green"
+        branches = set(git(repo, "for-each-ref", "--format=%(refname:short)", "refs/heads/bug/").splitlines())
+        assert branches == {bug.branch for bug in sample.bugs}
+        for bug in sample.bugs:
+            task = tasks[bug.name]  # every bug is a task of the default manifest, on its branch
+            assert task.base_branch == bug.branch and task.repository == sample.name
+            assert bug.file in task.prompt and "run the tests" in task.prompt
+            git(repo, "checkout", "-q", bug.branch)
+            assert git(repo, "rev-list", "--count", "HEAD") == "2"  # main + the bug
+            before = run_pytest(repo)
+            assert before.returncode == 1, f"{bug.name}: {before.stdout[-400:]}"
+            assert f"FAILED {bug.test}" in before.stdout, f"{bug.name}: {before.stdout[-400:]}"
+            file = repo / bug.file
+            file.write_text(file.read_text().replace(bug.broken, bug.fixed, 1))
+            after = run_pytest(repo)
+            assert after.returncode == 0, f"{bug.name}: {after.stdout[-600:]}"
+            git(repo, "checkout", "-q", "-f", "main")
+    assert {b.name for s in list_samples() for b in s.bugs} == set(tasks)
 
 
 def test_sample_folder_in_use_is_refused(tmp_path) -> None:

@@ -1,11 +1,14 @@
 """Sample repositories the app creates itself, so a demo works offline.
 
-Each sample is a small Python project shipped in ``resources/demo/samples/<name>/`` with
-one failing test and room for small features. :func:`create_sample_repository` copies it
-into a folder, makes it a real git repository on branch ``main`` with one commit (a fixed
-author, no hooks, no signing, so the user's git configuration never gets in the way)
-and records the sample's content fingerprint in the commit message. Asking again for
-the same sample in the same folder reuses it; anything else already there is refused.
+Each sample is a small Python project shipped in ``resources/demo/samples/<name>/`` whose
+tests all pass, and a list of small bugs in ``resources/demo/bugs/<name>.toml``.
+:func:`create_sample_repository` copies it into a folder, makes it a real git repository on
+branch ``main`` with one commit (a fixed author and date, no hooks, no signing, so the
+user's git configuration never gets in the way) and one branch per bug, ``bug/<name>``:
+main with one line or two changed so that its test fails. A demo task starts on
+such a branch and is done when the tests pass again — a real, checkable fix.
+The first commit records the sample's content fingerprint (files and bugs). Asking again
+for the same sample in the same folder reuses it; anything else already there is refused.
 
 Blocking (file copies and a few short ``git`` processes): call it from a worker thread or
 a dedicated executor, never on the event loop.
@@ -17,6 +20,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tomllib
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -25,6 +29,8 @@ from pathlib import Path
 from workstation.core.errors import UserError
 
 SAMPLES_RESOURCE = ("resources", "demo", "samples")
+BUGS_RESOURCE = ("resources", "demo", "bugs")
+BUG_BRANCH_PREFIX = "bug/"
 FINGERPRINT_TRAILER = "Workstation-Sample"
 GIT_TIMEOUT_S = 60.0
 _AUTHOR = ("workstation demo", "demo@workstation.invalid")
@@ -38,13 +44,31 @@ class SampleRepositoryError(UserError):
 
 
 @dataclass(frozen=True, slots=True)
+class SampleBug:
+    """One small bug: on branch ``bug/<name>``, ``file`` has ``broken`` where main has ``fixed``."""
+
+    name: str
+    file: str
+    fixed: str
+    broken: str
+    test: str
+    """The pytest node id that fails on the bug's branch (tests that share the code may fail
+    too); on main every test passes."""
+
+    @property
+    def branch(self) -> str:
+        return BUG_BRANCH_PREFIX + self.name
+
+
+@dataclass(frozen=True, slots=True)
 class SampleRepository:
     name: str
     description: str
     files: tuple[str, ...]
     """Relative POSIX paths of the project's files."""
     fingerprint: str
-    """sha256 over the paths and contents (16 hex digits): changes whenever the sample does."""
+    """sha256 over the paths, contents and bugs (16 hex digits): changes whenever the sample does."""
+    bugs: tuple[SampleBug, ...] = ()
 
 
 def _samples_root() -> Traversable:
@@ -67,19 +91,54 @@ def _walk(node: Traversable, prefix: str = "") -> list[tuple[str, Traversable]]:
     return found
 
 
+def _bugs_text(name: str) -> str:
+    node = resources.files("workstation")
+    for part in BUGS_RESOURCE:
+        node = node.joinpath(part)
+    node = node.joinpath(f"{name}.toml")
+    return node.read_text(encoding="utf-8") if node.is_file() else ""
+
+
+def _parse_bugs(name: str, text: str, files: dict[str, bytes]) -> tuple[SampleBug, ...]:
+    if not text:
+        return ()
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SampleRepositoryError(f"the bugs of sample '{name}' are not valid TOML: {exc}") from None
+    bugs: list[SampleBug] = []
+    for index, entry in enumerate(table.get("bugs", [])):
+        try:
+            bug = SampleBug(**{k: str(entry[k]) for k in ("name", "file", "fixed", "broken", "test")})
+        except (KeyError, TypeError):
+            raise SampleRepositoryError(f"bug {index} of sample '{name}' needs name, file, fixed, "
+                                        "broken and test") from None
+        source = files.get(bug.file, b"").decode("utf-8")
+        if source.count(bug.fixed) != 1:
+            raise SampleRepositoryError(f"bug '{bug.name}' of sample '{name}': its fixed text must occur "
+                                        f"exactly once in {bug.file}")
+        bugs.append(bug)
+    return tuple(bugs)
+
+
 def _describe(name: str, files: list[tuple[str, Traversable]]) -> SampleRepository:
     digest = hashlib.sha256()
     description = name
+    contents: dict[str, bytes] = {}
     for rel, node in files:
         data = node.read_bytes()
+        contents[rel] = data
         digest.update(rel.encode() + b"\0" + data + b"\0")
         if rel == "pyproject.toml":
             for line in data.decode("utf-8").splitlines():
                 if line.startswith("description"):
                     description = line.split("=", 1)[1].strip().strip('"')
+    bugs_text = _bugs_text(name)
+    digest.update(b"bugs\0" + bugs_text.encode())
     return SampleRepository(name=name, description=description,
                             files=tuple(rel for rel, _ in files),
-                            fingerprint=digest.hexdigest()[:16])
+                            fingerprint=digest.hexdigest()[:16],
+                            bugs=_parse_bugs(name, bugs_text, contents))
 
 
 def list_samples() -> tuple[SampleRepository, ...]:
@@ -134,6 +193,18 @@ def _git(cwd: Path, *args: str) -> str:
     return done.stdout
 
 
+def _make_bug_branch(repo: Path, bug: SampleBug) -> None:
+    """Branch ``bug/<name>`` off main with the bug in one commit; main stays checked out."""
+    target = repo.joinpath(*bug.file.split("/"))
+    original = target.read_bytes()
+    _git(repo, "checkout", "-q", "-b", bug.branch, "main")
+    try:
+        target.write_bytes(original.decode("utf-8").replace(bug.fixed, bug.broken, 1).encode("utf-8"))
+        _git(repo, "commit", "-q", "-a", "-m", f"{bug.name}: break {bug.file} ({bug.test} fails)")
+    finally:
+        _git(repo, "checkout", "-q", "-f", "main")
+
+
 def existing_fingerprint(path: Path) -> str | None:
     """The sample fingerprint recorded in ``path``'s first commit, or None if it is not
     a sample repository made by :func:`create_sample_repository`."""
@@ -181,6 +252,8 @@ def create_sample_repository(name: str, dest: Path) -> Path:
         _git(staging, "add", "-A")
         _git(staging, "commit", "-q", "-m",
              f"{name}: {sample.description}\n\n{FINGERPRINT_TRAILER}: {name} {sample.fingerprint}")
+        for bug in sample.bugs:
+            _make_bug_branch(staging, bug)
         if dest.exists():
             dest.rmdir()  # empty, checked above
         staging.rename(dest)

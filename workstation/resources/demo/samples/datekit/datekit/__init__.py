@@ -1,5 +1,5 @@
 """Calendar arithmetic."""
 
-from datekit.calendar import days_in_year, is_leap_year
+from datekit.calendar import day_of_year, days_in_month, days_in_year, is_leap_year
 
-__all__ = ["days_in_year", "is_leap_year"]
+__all__ = ["day_of_year", "days_in_month", "days_in_year", "is_leap_year"]

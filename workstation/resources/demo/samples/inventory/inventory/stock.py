@@ -28,6 +28,16 @@ class Inventory:
             raise ValueError(f"only {item.quantity} {name} left")
         item.quantity -= quantity
 
+    def restock(self, name, quantity):
+        """Add `quantity` (at least 1) to an item's stock."""
+        if quantity < 1:
+            raise ValueError("restock at least one")
+        self._items[name].quantity += quantity
+
     def total_value(self):
         """What the whole stock is worth: price times quantity, summed over items."""
-        return sum(item.price for item in self._items.values())
+        return sum(item.price * item.quantity for item in self._items.values())
+
+    def low_stock(self, threshold):
+        """Names of the items with fewer than `threshold` in stock, sorted."""
+        return sorted(item.name for item in self._items.values() if item.quantity < threshold)

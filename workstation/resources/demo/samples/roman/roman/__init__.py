@@ -1,5 +1,5 @@
 """Roman numerals."""
 
-from roman.numerals import to_roman
+from roman.numerals import from_roman, to_roman
 
-__all__ = ["to_roman"]
+__all__ = ["from_roman", "to_roman"]

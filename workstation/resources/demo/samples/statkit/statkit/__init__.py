@@ -1,5 +1,5 @@
 """Descriptive statistics without dependencies."""
 
-from statkit.core import mean, median, mode
+from statkit.core import mean, median, mode, spread
 
-__all__ = ["mean", "median", "mode"]
+__all__ = ["mean", "median", "mode", "spread"]

@@ -12,7 +12,9 @@ def median(values):
     """Middle value; for an even count, the mean of the two middle values."""
     ordered = sorted(values)
     middle = len(ordered) // 2
-    return ordered[middle]
+    if len(ordered) % 2 == 1:
+        return ordered[middle]
+    return (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def mode(values):
@@ -20,3 +22,8 @@ def mode(values):
     counts = Counter(values)
     best = max(counts.values())
     return min(value for value, count in counts.items() if count == best)
+
+
+def spread(values):
+    """Largest value minus smallest value."""
+    return max(values) - min(values)

@@ -1,4 +1,4 @@
-from statkit import mean, median, mode
+from statkit import mean, median, mode, spread
 
 
 def test_mean():
@@ -15,3 +15,7 @@ def test_median_even():
 
 def test_mode_tie_takes_smallest():
     assert mode([3, 3, 1, 1, 2]) == 1
+
+
+def test_spread():
+    assert spread([2, 9, 4]) == 7

@@ -1,4 +1,4 @@
-from textkit import slugify, title_case, wrap
+from textkit import slugify, title_case, truncate, wrap
 
 
 def test_slugify_simple():
@@ -16,3 +16,12 @@ def test_title_case_keeps_small_words():
 
 def test_wrap():
     assert wrap("one two three four", 9) == ["one two", "three", "four"]
+
+
+def test_wrap_fills_lines_to_width():
+    assert wrap("aa bb cc", 5) == ["aa bb", "cc"]
+
+
+def test_truncate():
+    assert truncate("short", 8) == "short"
+    assert truncate("hello world", 8) == "hello..."

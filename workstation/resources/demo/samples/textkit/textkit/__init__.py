@@ -1,5 +1,5 @@
 """Small text helpers."""
 
-from textkit.core import slugify, title_case, wrap
+from textkit.core import slugify, title_case, truncate, wrap
 
-__all__ = ["slugify", "title_case", "wrap"]
+__all__ = ["slugify", "title_case", "truncate", "wrap"]

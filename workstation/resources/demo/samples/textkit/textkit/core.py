@@ -8,7 +8,7 @@ SMALL_WORDS = {"a", "an", "and", "of", "the", "to", "in"}
 def slugify(text):
     """Turn a title into a URL slug: "Hello, World!" -> "hello-world"."""
     text = text.lower().strip()
-    text = re.sub(r"[^a-z0-9]", "-", text)
+    text = re.sub(r"[^a-z0-9]+", "-", text)
     return text.strip("-")
 
 
@@ -37,3 +37,10 @@ def wrap(text, width):
     if line:
         lines.append(line)
     return lines
+
+
+def truncate(text, width, suffix="..."):
+    """Cut text to at most `width` characters, ending with `suffix` when it was cut."""
+    if len(text) <= width:
+        return text
+    return text[: width - len(suffix)] + suffix

@@ -20,8 +20,17 @@ class TodoList:
 
     def complete(self, number):
         """Mark item `number` (counted from 1, as shown by `list`) as done."""
-        self.items[number]["done"] = True
+        self.items[number - 1]["done"] = True
         self.save()
+
+    def remove(self, number):
+        """Remove item `number` (counted from 1)."""
+        del self.items[number - 1]
+        self.save()
+
+    def pending(self):
+        """The texts of the items not done yet, in order."""
+        return [item["text"] for item in self.items if not item["done"]]
 
     def lines(self):
         return [f"{i}. [{'x' if item['done'] else ' '}] {item['text']}"

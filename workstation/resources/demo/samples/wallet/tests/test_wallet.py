@@ -20,3 +20,13 @@ def test_no_overdraft():
 def test_positive_amounts_only():
     with pytest.raises(ValueError):
         Account("ada").deposit(0)
+
+
+def test_transfer():
+    ada, bob = Account("ada", 1000), Account("bob")
+    ada.transfer(bob, 300)
+    assert (ada.balance_cents, bob.balance_cents) == (700, 300)
+
+
+def test_str_shows_euros():
+    assert str(Account("ada", 1250)) == "ada: 12.50 EUR"
