@@ -215,3 +215,25 @@ def _point(x: int, y: int):  # type: ignore[no-untyped-def]
     from PySide6.QtCore import QPoint
 
     return QPoint(x, y)
+
+
+def test_pane_says_which_protocol_a_session_uses(qtbot, fleet_ui: FleetUI) -> None:  # type: ignore[no-untyped-def]
+    from workstation.core import agent_events as ev
+    from workstation.core.fleet_events import SessionAgentEvent
+
+    ui = fleet_ui
+
+    async def body() -> None:
+        (sid,) = await ui.create(auto_approve="all")
+        await ui.wait(lambda: ui.state(sid) is S.DONE)
+        pane = ui.window.panes[sid]
+        assert pane.info.protocol == "full"  # a model of unknown size that takes tools
+        assert pane.info.where().endswith("· Act · full")
+        ui.window.flush()
+        assert any(line.text.startswith("full protocol: ") for line in pane.doc.lines)
+        # an agent that repeated itself is switched to the guided protocol: the header says so
+        ui.bridge.handle_agent_event(SessionAgentEvent(sid, 10_000, ev.ProtocolSelected(
+            sid, ev.ToolProtocol.GUIDED, "the model repeated a call that had succeeded")))
+        assert pane.info.protocol == "guided" and pane.info.where().endswith("· Act · guided")
+
+    ui.play(body)

@@ -46,6 +46,11 @@ def info_from_summary(summary: fe.SessionSummary) -> PaneInfo:
     )
 
 
+def protocol_label(protocol: ev.ToolProtocol) -> str:
+    """How the pane names a session's protocol: ``guided`` (small models) or ``full``."""
+    return "guided" if protocol is ev.ToolProtocol.GUIDED else "full"
+
+
 def edit_counts(tool: str, arguments: dict[str, Any]) -> tuple[int, int] | None:
     """(+added, −removed) lines an edit tool call proposes, or None for other tools (the
     tool's spec counts them, with the agent's own SEARCH/REPLACE markers)."""
@@ -339,6 +344,12 @@ class FleetBridge(QObject):
         elif isinstance(event, ev.ModeChanged):
             pane.info.mode = event.mode.value.capitalize()
             pane.header.update()
+        elif isinstance(event, ev.ProtocolSelected):
+            label = protocol_label(event.protocol)
+            if label != pane.info.protocol:
+                pane.info.protocol = label
+                doc.add_line(f"{label} protocol: {event.reason}", LineStyle.NOTICE)
+                pane.header.update()
 
     def _show_approval_request(self, event: ev.ApprovalRequested) -> None:
         self.pending[event.session_id] = event

@@ -37,6 +37,8 @@ class PaneInfo:
     repo: str = ""
     branch: str = ""
     mode: str = ""
+    protocol: str = ""
+    """``guided`` (a small model, held to narrowed calls) or ``full``; empty until chosen."""
     state: SessionState = SessionState.READY
     tokens: int = 0
     tokens_per_s: float | None = None
@@ -47,6 +49,12 @@ class PaneInfo:
     """Marked ready to merge."""
     server_url: str = ""
     """Where its dev server answers; empty when none runs."""
+
+    def where(self) -> str:
+        """The header's second line: ``repo · branch · Act · guided · ✓ ready · ▶ :8123``."""
+        server = f"▶ :{self.server_url.rstrip('/').rsplit(':', 1)[-1]}" if self.server_url else ""
+        marks = (self.repo, self.branch, self.mode, self.protocol, "✓ ready" if self.ready else "", server)
+        return " · ".join(part for part in marks if part)
 
 
 def compact_count(value: float) -> str:
@@ -114,14 +122,12 @@ class PaneHeader(QWidget):
         name = QFontMetrics(bold).elidedText(info.name, Qt.TextElideMode.ElideRight, max(10, w - name_x - right_w - 4))
         p.drawText(QRect(name_x, 2, w - name_x, row), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, name)
         p.setFont(self.font())
-        # Row 2: repo · branch · mode, state on the right (coloured only when it means something).
+        # Row 2: repo · branch · mode · protocol, state on the right (coloured only when it means something).
         state_text = STATE_SHORT.get(info.state, info.state.label)
         state_w = fm.horizontalAdvance(state_text) + 8
         p.setPen(colour if info.state is not SessionState.RUNNING else dim)
         p.drawText(QRect(0, 2 + row, w - 5, row), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, state_text)
-        server = f"▶ :{info.server_url.rstrip('/').rsplit(':', 1)[-1]}" if info.server_url else ""
-        marks = (info.repo, info.branch, info.mode, "✓ ready" if info.ready else "", server)
-        where = " · ".join(part for part in marks if part)
+        where = info.where()
         p.setPen(dim)
         where = fm.elidedText(where, Qt.TextElideMode.ElideMiddle, max(10, w - 10 - state_w))
         p.drawText(QRect(5, 2 + row, w - 10 - state_w, row), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, where)
