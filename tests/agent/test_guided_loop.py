@@ -40,15 +40,18 @@ def suite_passes(repo: Path) -> bool:
                           capture_output=True, text=True, check=False).returncode == 0
 
 
-def answering(*texts: str):
-    """A responder that answers ``texts`` in order, each checked against the request's regex."""
-    queue = list(texts)
+def answering(*texts: str, sampled: tuple[str, ...] = ()):
+    """A responder: choices and greedy drafts get ``texts`` in order; sampled drafts
+    (temperature > 0, drawn at the same time as a greedy one) get ``sampled`` in order.
+    Every answer is checked against the request's regex."""
+    queue, samples = list(texts), list(sampled)
     seen: list[tuple[str, str]] = []
 
     def respond(body: dict[str, Any], n: int) -> Reply:
         regex = body["structured_outputs"]["regex"]
         assert "tools" not in body  # byte-stable prompt: the schema travels apart
-        text = queue.pop(0)
+        source = samples if body.get("temperature") and regex.startswith("```") else queue
+        text = source.pop(0)
         assert re.fullmatch(regex, text), f"reply {n} does not match its regex:\n{text}\n{regex}"
         seen.append((regex, text))
         return Reply(text=text)
@@ -57,8 +60,13 @@ def answering(*texts: str):
     return respond
 
 
+COPY = ("```python\ndef total_value(self):\n"
+        '    """What the whole stock is worth: price times quantity, summed over items."""\n'
+        "    return sum(item.price for item in self._items.values())\n```")
+
+
 async def test_an_explicit_task_asks_the_model_only_for_the_code(make_agent, bug_repo: Path) -> None:
-    respond = answering(GOOD)
+    respond = answering(GOOD, sampled=(COPY,))
     async with ScriptedServer(responder=respond) as srv:
         agent, rec = make_agent(srv, root=bug_repo, task=EXPLICIT, model_parameters=SMOLLM2_PARAMETERS,
                                 user_present=False)
@@ -67,15 +75,17 @@ async def test_an_explicit_task_asks_the_model_only_for_the_code(make_agent, bug
     assert rec.of(ev.ProtocolSelected)[0].protocol is ToolProtocol.GUIDED
     tools = [e.tool for e in rec.of(ev.ToolCallStarted)]
     assert tools == ["read_file", "replace_in_file", "execute_command", "attempt_completion"]
-    assert len(srv.requests) == 1  # the steps the task's state decides take no model turn
+    # the steps the task's state decides take no model turn: only the code is asked for,
+    # a greedy draft and, at the same time, sampled ones
+    assert sorted((r["temperature"], r.get("n", 1)) for r in srv.requests) == [(0.0, 1), (0.5, 4)]
     request = srv.requests[0]
     assert request["messages"][0]["content"] == SYSTEM_PROMPT_GUIDED
     assert "Write the new code of `Inventory.total_value` in inventory/stock.py" in request["messages"][-1]["content"]
-    assert request["temperature"] == 0.0  # the first draft is greedy
     assert suite_passes(bug_repo)
     assert rec.of(ev.ToolCallFinished)[2].result.startswith("Exit code: 0")
     assert "inventory/stock.py" in outcome.result and "passes" in outcome.result
-    assert "".join(e.text for e in rec.of(ev.TextStreamed)) == GOOD  # the pane shows the code as it comes
+    shown = "".join(e.text for e in rec.of(ev.TextStreamed))
+    assert shown.startswith(GOOD) and "2 drafts, 1 usable" in shown  # the pane shows the code as it comes
 
 
 async def test_a_vague_task_lets_the_model_choose_and_redraws_broken_code(make_agent, bug_repo: Path) -> None:
@@ -84,7 +94,7 @@ async def test_a_vague_task_lets_the_model_choose_and_redraws_broken_code(make_a
         call_text("execute_command", {"command": "python -m pytest -q"}),
         call_text("read_file", {"path": "inventory/stock.py"}),
         call_text("replace_in_file", {"path": "inventory/stock.py", "target": "Inventory.total_value"}),
-        broken, GOOD,
+        broken, sampled=(broken, GOOD),
     )
     async with ScriptedServer(responder=respond) as srv:
         agent, rec = make_agent(srv, root=bug_repo, task="A test fails. Fix the code.",
@@ -99,31 +109,46 @@ async def test_a_vague_task_lets_the_model_choose_and_redraws_broken_code(make_a
     reads = [[part for part in rx.split("<tool_call>") if "read_file" in part] for rx in regexes[:3]]
     assert "tests\\/test_inventory\\.py" in reads[0][0]  # any file at first …
     assert "inventory\\/stock" not in reads[2][0]  # … but not one shown as it is now
-    assert [r["temperature"] for r in srv.requests[3:]] == [0.0, 0.5]  # a redraw after code that does not parse
+    assert len(srv.requests) == 6  # three choices; drafts that do not parse are drawn again once
     assert suite_passes(bug_repo)
     assert rec.of(ev.MistakeCounted) == []
 
 
-async def test_tests_that_still_fail_lead_to_another_draft_not_a_stop(make_agent, bug_repo: Path) -> None:
-    wrong = GOOD.replace("item.price * item.quantity", "item.price + item.quantity")
-    respond = answering(wrong, GOOD)
+async def test_failed_tests_try_the_next_queued_draft_without_asking_again(make_agent, bug_repo: Path) -> None:
+    wrong = GOOD.replace("item.price * item.quantity", "item.price * item.quantity * 2")
+    respond = answering(wrong, sampled=(GOOD,))
     async with ScriptedServer(responder=respond) as srv:
         agent, rec = make_agent(srv, root=bug_repo, task=EXPLICIT, model_parameters=SMOLLM2_PARAMETERS,
                                 user_present=False)
         outcome = await agent.run()
     assert outcome.ok
-    second = srv.requests[1]
-    assert second["temperature"] == 0.5
-    ask = second["messages"][-1]["content"]
+    tools = [e.tool for e in rec.of(ev.ToolCallStarted)]
+    assert tools == ["read_file", "replace_in_file", "execute_command", "replace_in_file", "execute_command",
+                     "attempt_completion"]
+    assert len(srv.requests) == 2  # the second draft came from the queue: generate, then test
+    assert suite_passes(bug_repo)
+
+
+async def test_with_no_draft_left_new_ones_see_the_failure_and_the_code_as_read(make_agent, bug_repo: Path) -> None:
+    wrong = GOOD.replace("item.price * item.quantity", "item.price + item.quantity")
+    respond = answering(wrong, sampled=(COPY, GOOD))
+    async with ScriptedServer(responder=respond) as srv:
+        agent, rec = make_agent(srv, root=bug_repo, task=EXPLICIT, model_parameters=SMOLLM2_PARAMETERS,
+                                user_present=False)
+        outcome = await agent.run()
+    assert outcome.ok
+    third = srv.requests[2]
+    assert (third["temperature"], third["n"]) == (0.5, 4)
+    ask = third["messages"][-1]["content"]
     assert "The tests failed with:" in ask and "assert" in ask
-    assert "item.price for item" in ask  # redrawn from the code as it was read, not the wrong draft
+    assert "item.price for item" in ask  # drawn from the code as it was read, not the wrong draft
     assert [e.tool for e in rec.of(ev.ToolCallStarted)].count("execute_command") == 2
     assert suite_passes(bug_repo)
 
 
 async def test_a_repeated_call_switches_a_free_session_to_guided(make_agent, bug_repo: Path) -> None:
     read = Reply(tool_calls=[ToolCall("read_file", {"path": "inventory/stock.py"})])
-    respond = answering(GOOD)
+    respond = answering(GOOD, sampled=(COPY,))
 
     def script(body: dict[str, Any], n: int) -> Reply:
         return read if n < 2 else respond(body, n)

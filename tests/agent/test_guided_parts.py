@@ -17,7 +17,7 @@ from workstation.agent.guided.state import read_state
 from workstation.agent.guided.symbols import (
     WHOLE_FILE, find_symbol, header_line, parses, python_symbols, replace_symbol, symbol_source,
 )
-from workstation.agent.guided.turn import code_regex
+from workstation.agent.guided.drafts import code_regex
 from workstation.agent.guided.workspace import Workspace, detect_test_command, look, mentioned_paths
 from workstation.agent.model_size import model_parameters, parameters_from_config, parameters_from_name
 from workstation.agent.protocols import choose_protocol
@@ -245,3 +245,51 @@ def test_the_threshold_is_a_setting() -> None:
                            endpoint)[0] is ToolProtocol.GUIDED
     assert choose_protocol(AgentConfig(model_parameters=134_515_008, protocol=ProtocolChoice.NATIVE),
                            endpoint)[0] is ToolProtocol.NATIVE
+
+
+def test_the_kept_draft_parses_changes_something_and_does_what_the_task_spells_out() -> None:
+    from workstation.agent.guided.drafts import Draft, max_draft_tokens, pick
+
+    before = 'def complete(self, number):\n    self.items[number]["done"] = True\n    self.save()\n'
+    task = "complete marks the wrong item. Numbers start at 1, so use self.items[number - 1]."
+
+    def draft(body: str, problem: str | None = None) -> Draft:
+        return Draft(f"```python\n{body}```", body, problem)
+
+    copied = draft(before, "changes nothing")
+    broken = draft('def complete(self, number):\n    self.items[number - 1]["done"] = (\n', "line 2: '(' was never closed")
+    rambling = draft('def complete(self, number):\n    self.items[number]["done"] = True\n    self.items[0] = 1\n'
+                     '    self.save()\n')
+    right = draft('def complete(self, number):\n    self.items[number - 1]["done"] = True\n    self.save()\n')
+    assert pick([copied, broken, rambling, right], before, task) is right
+    assert pick([copied, rambling], before, task) is rambling  # the only usable one
+    assert pick([copied, broken], before, task) is copied  # none usable: the first (the tests will say so)
+    assert 128 <= max_draft_tokens(before, 1024) < 1024 and max_draft_tokens("x" * 9000, 1024) == 1024
+
+
+def test_a_guided_turn_sends_a_bounded_view_of_the_history() -> None:
+    from workstation.agent.guided.state import request_view
+
+    head = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}]
+    steps = []
+    for i in range(6):
+        steps += [_call(str(i), "read_file", path="a.py"), _result(str(i), f"text {i}")]
+    view = request_view(head + steps)
+    assert view[:2] == head and "4 earlier steps not shown" in view[2]["content"]
+    assert view[3:] == steps[-4:]  # the last two calls with their results
+    assert request_view(head + steps[:4]) == head + steps[:4]
+
+
+def test_the_memory_keeps_untried_drafts_of_one_function() -> None:
+    from workstation.agent.guided.drafts import GuidedMemory, same_code
+
+    memory = GuidedMemory()
+    key = ("a.py", "f", "def f():\n    return 1\n")
+    assert memory.take(key) is None
+    memory.keep(key, "d1", ["d2", "d3", "d1"])
+    assert memory.take(key) == "d2" and memory.take(("a.py", "g", "")) is None
+    memory.keep(key, "d2", ["d3", "d4"])
+    assert [memory.take(key), memory.take(key), memory.take(key)] == ["d3", "d4", None]
+    memory.keep(("a.py", "g", ""), "x", ["y"])  # another function: the old drafts are gone
+    assert memory.take(key) is None and memory.take(("a.py", "g", "")) == "y"
+    assert same_code("a = 1  \n\n\n", "a = 1\n") and not same_code("a = 1\n", "a = 2\n")

@@ -128,13 +128,14 @@ async def test_native_text_reply_is_a_mistake_and_escalates_to_required(server: 
 
 
 async def test_guided_protocol_for_small_models(make_agent, git_repo: Path) -> None:
-    script = [Reply(text="```python\ndef add(a, b):\n    return a - b\n```")]
-    async with ScriptedServer(script, model="SmolLM2-135M") as srv:  # size unknown: taken from the name
+    code = Reply(text="```python\ndef add(a, b):\n    return a - b\n```")
+    async with ScriptedServer(responder=lambda body, n: code, model="SmolLM2-135M") as srv:  # size from the name
         agent, rec = make_agent(srv, task="Make add in app.py subtract.")
         assert (await agent.run()).ok
     assert rec.of(ev.ProtocolSelected)[0].protocol is ToolProtocol.GUIDED
-    assert len(srv.requests) == 1  # the named file and function leave only the code to write
-    assert "tools" not in srv.requests[0] and "regex" in srv.requests[0]["structured_outputs"]
+    # the named file and function leave only the code to write: a greedy and sampled drafts
+    assert sorted(r["temperature"] for r in srv.requests) == [0.0, 0.5]
+    assert all("tools" not in r and "regex" in r["structured_outputs"] for r in srv.requests)
     assert [e.tool for e in rec.of(ev.ToolCallStarted)] == ["read_file", "replace_in_file", "attempt_completion"]
     assert (git_repo / "app.py").read_text() == "def add(a, b):\n    return a - b\n"
 

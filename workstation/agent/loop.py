@@ -18,6 +18,7 @@ from workstation.agent.calls import CallOutcome, ToolCallRunner, WorkLog
 from workstation.agent.checkpoints import Checkpoint, CheckpointError, CheckpointStore
 from workstation.agent.config import AgentConfig
 from workstation.agent.context import facts_summary
+from workstation.agent.guided.drafts import GuidedMemory
 from workstation.agent.guided.turn import guided_turn
 from workstation.agent.history import (
     AgentSnapshot, Message, estimate_tokens, message_json, messages_json, repair_history,
@@ -95,6 +96,8 @@ class Agent:
             append=self._append, set_state=self._set_state, between_steps=self._between_steps,
             message_count=lambda: len(self._messages),
         )
+        self._guided = GuidedMemory()
+        """Guided protocol: files as first read, drafts drawn but not tried yet."""
         self._state = AgentState.IDLE
         self._mode = self.config.mode
         self._protocol: ToolProtocol | None = None
@@ -425,7 +428,9 @@ class Agent:
                 return self._outcome(RunStatus.BUDGET_EXHAUSTED, f"reached the limit of {cfg.max_turns} model turns")
             if cfg.max_total_tokens is not None and self._run_prompt + self._run_completion >= cfg.max_total_tokens:
                 return self._outcome(RunStatus.BUDGET_EXHAUSTED, f"reached the token budget of {cfg.max_total_tokens:,}")
-            if self._estimate_context() > cfg.condense_at_fraction * cfg.context_window_tokens:
+            if self._protocol is not ToolProtocol.GUIDED and \
+                    self._estimate_context() > cfg.condense_at_fraction * cfg.context_window_tokens:
+                # (a guided turn sends a bounded view of the history, so it never needs condensing)
                 await self._condense()
             reply = await self._model_turn()
             outcome = await self._handle_reply(reply)
@@ -513,7 +518,7 @@ class Agent:
         if self._protocol is ToolProtocol.GUIDED:
             result = await guided_turn(self.client, self._messages, root=self.root, task=self.task,
                                        config=self.config, session_id=sid, turn=turn,
-                                       max_tokens=self._max_tokens(), emit=self._emit)
+                                       max_tokens=self._max_tokens(), emit=self._emit, memory=self._guided)
         else:
             result = await stream_turn(self.client, self._messages, self._protocol, session_id=sid, turn=turn,
                                        max_tokens=self._max_tokens(), temperature=self.config.temperature,

@@ -48,6 +48,8 @@ class ChatDelta:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     finish_reason: str | None = None
     usage: Usage | None = None
+    index: int = 0
+    """Which choice the piece belongs to (a request for ``n`` > 1 streams them interleaved)."""
 
 
 class EngineHTTPError(UserError):
@@ -95,6 +97,7 @@ def parse_chunk(data: str) -> ChatDelta:
         delta.reasoning = d.get("reasoning_content") or d.get("reasoning") or ""
         delta.tool_calls = d.get("tool_calls") or []
         delta.finish_reason = choice.get("finish_reason")
+        delta.index = choice.get("index") or 0
     return delta
 
 

@@ -120,3 +120,19 @@ def failure_summary(output: str, max_lines: int = 12, max_chars: int = 900) -> s
     keep = [ln for ln in lines if ln.startswith(("E ", ">", "FAILED", "ERROR")) or " failed" in ln or "Error" in ln]
     text = "\n".join(keep[:max_lines]) if keep else "\n".join(lines[-max_lines:])
     return text[:max_chars]
+
+
+def request_view(messages: list[Message], *, keep_exchanges: int = 2) -> list[Message]:
+    """What a guided turn sends: the system prompt and the task, a note of how many steps
+    are left out, and the last ``keep_exchanges`` calls with their results. A small model
+    gains nothing from its old drafts (it copies them), and the prompt stays short; the
+    steps left out are in the state (files read and changed, the last test run)."""
+    starts = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    if len(starts) <= keep_exchanges:
+        return list(messages)
+    head = messages[: starts[0]]
+    cut = starts[-keep_exchanges]
+    left_out = len(starts) - keep_exchanges
+    note: Message = {"role": "user", "content": f"[{left_out} earlier step{'s' if left_out > 1 else ''} "
+                                                  "not shown: files read, drafts tried, test runs.]"}
+    return [*head, note, *messages[cut:]]

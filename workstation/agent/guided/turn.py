@@ -24,13 +24,16 @@ from typing import Any
 from workstation.agent.config import AgentConfig
 from workstation.agent.guided import actions, texts
 from workstation.agent.guided.actions import Choice
-from workstation.agent.guided.state import GuidedState, failure_summary, read_state
+from workstation.agent.guided.drafts import (
+    Draft, GuidedMemory, code_regex, extract_code, max_draft_tokens, rank, same_code,
+)
+from workstation.agent.guided.state import GuidedState, failure_summary, read_state, request_view
 from workstation.agent.guided.symbols import (
     WHOLE_FILE, Symbol, find_symbol, header_line, indent_code, parses, python_symbols, replace_symbol,
     symbol_lines, symbol_source,
 )
 from workstation.agent.guided.workspace import Workspace, look, mentioned_paths
-from workstation.agent.history import Message
+from workstation.agent.history import Message, estimate_tokens
 from workstation.agent.protocols import ReplyCalls
 from workstation.agent.toolbox import tool_executor
 from workstation.agent.toolcalls import RawCall, new_call_id
@@ -42,8 +45,6 @@ log = logging.getLogger(__name__)
 
 CHOICE_MAX_TOKENS = 120
 CODE_MAX_TOKENS = 1024
-CODE_ATTEMPTS = 3
-"""Code drafts per edit turn: a draft that does not parse, or changes nothing, is redrawn."""
 _LANGUAGES = {".py": "python", ".js": "javascript", ".ts": "typescript", ".rs": "rust", ".go": "go",
               ".sh": "bash", ".toml": "toml", ".json": "json", ".md": "markdown", ".yaml": "yaml",
               ".yml": "yaml", ".ini": "ini", ".cfg": "ini"}
@@ -124,30 +125,6 @@ def _forced(choice: Choice) -> tuple[str, dict[str, str]] | None:
     return option.tool, args
 
 
-def body_regex(kind: str) -> str:
-    """The lines after the header: indented (a function or class body), or, for an
-    assignment, also closing brackets; then the closing fence."""
-    if kind == "assign":
-        line = r"([ \t\)\]\}][^\n]*)?\n"
-        return f"({line})*```"
-    line = r"([ \t][^\n]*)?\n"
-    return r"[ \t][^\n]*\n" + f"({line})*```"
-
-
-def code_regex(language: str, header: str | None, kind: str) -> str:
-    fence = actions.regex_escape(f"```{language}\n")
-    if header is None:  # a whole file: any lines but a closing fence
-        return fence + r"([^`\n][^\n]*\n|\n)*```"
-    return fence + actions.regex_escape(header + "\n") + body_regex(kind)
-
-
-def extract_code(text: str) -> str:
-    body = text.split("\n", 1)[1] if text.startswith("```") and "\n" in text else text
-    if body.rstrip().endswith("```"):
-        body = body.rstrip()[:-3]
-    return body.rstrip("\n") + "\n"
-
-
 @dataclass(slots=True)
 class _Edit:
     tool: str
@@ -161,8 +138,9 @@ class GuidedTurn:
 
     def __init__(self, client: ChatClient, messages: list[Message], *, root: Path, task: str,
                  config: AgentConfig, session_id: str, turn: int, max_tokens: int,
-                 emit: Callable[[ev.AgentEvent], None]) -> None:
+                 emit: Callable[[ev.AgentEvent], None], memory: GuidedMemory | None = None) -> None:
         self.client = client
+        self.memory = memory
         self.messages = messages
         self.root = Path(root)
         self.task = task
@@ -172,6 +150,7 @@ class GuidedTurn:
         self.max_tokens = max_tokens
         self.emit = emit
         self.spent = _Spent()
+        self.view: list[Message] = messages
 
     async def run(self) -> TurnResult:
         self.emit(ev.TurnStarted(self.session_id, self.turn))
@@ -179,6 +158,14 @@ class GuidedTurn:
         try:
             ws: Workspace = await _blocking(look, self.root, self.task)
             state = read_state(self.messages, ws.test_command)
+            if self.memory is not None:  # the first reads outlive a history that lost them
+                for path, text in state.first_reads.items():
+                    self.memory.originals.setdefault(path, text)
+                state.first_reads = {**state.first_reads, **self.memory.originals}
+            self.view = request_view(self.messages)
+            # room after the view (the loop reckons with the whole history, which is not sent)
+            self.max_tokens = max(256, min(self.config.max_tokens_per_turn, self.config.context_window_tokens
+                                           - estimate_tokens(self.view) - 600))
             now: dict[str, str] = await _blocking(_read_texts, self.root, list(state.reads))
             ws = with_named_in_files(ws, now, self.root)
             choice = actions.choose(state, ws, _targets(now, state, ws))
@@ -205,32 +192,32 @@ class GuidedTurn:
 
     # ----- requests -----
     async def _stream(self, messages: list[Message], regex: str, *, max_tokens: int,
-                      temperature: float, show: bool) -> tuple[str, str]:
-        parts: list[str] = []
-        finish = ""
+                      temperature: float, show: bool, n: int = 1) -> list[str]:
+        """The reply's text (``n`` of them: one request, its choices decoded as a batch);
+        the first choice streams into the pane when ``show``."""
+        parts: dict[int, list[str]] = {0: []}
         usage: Usage | None = None
-        async for delta in self.client.stream_chat(
-            messages, max_tokens=max_tokens, temperature=temperature,
-            extra={"structured_outputs": {"regex": regex}},
-        ):
+        extra: dict[str, Any] = {"structured_outputs": {"regex": regex}}
+        if n > 1:
+            extra["n"] = n
+        async for delta in self.client.stream_chat(messages, max_tokens=max_tokens, temperature=temperature,
+                                                   extra=extra):
             if delta.content:
-                parts.append(delta.content)
-                if show:
+                parts.setdefault(delta.index, []).append(delta.content)
+                if show and delta.index == 0:
                     self.emit(ev.TextStreamed(self.session_id, self.turn, delta.content))
-            if delta.finish_reason:
-                finish = delta.finish_reason
             usage = delta.usage or usage
         self.spent.add(usage)
-        return "".join(parts), finish
+        return ["".join(p) for _, p in sorted(parts.items())]
 
     def _choice_temperature(self) -> float:
         return self.config.temperature if self.config.temperature is not None else 0.0
 
     async def _choose(self, choice: Choice) -> str:
-        request = [*self.messages, {"role": "user", "content": texts.step_hint(choice.hint)}]
-        text, _ = await self._stream(request, actions.choice_regex(choice), max_tokens=CHOICE_MAX_TOKENS,
+        request = [*self.view, {"role": "user", "content": texts.step_hint(choice.hint)}]
+        replies = await self._stream(request, actions.choice_regex(choice), max_tokens=CHOICE_MAX_TOKENS,
                                      temperature=self._choice_temperature(), show=False)
-        return text
+        return replies[0]
 
     async def _write_code(self, tool: str, args: dict[str, str], state: GuidedState, ws: Workspace,
                           now: dict[str, str]) -> _Edit:
@@ -258,29 +245,43 @@ class GuidedTurn:
         ask = texts.code_request(path=path, target=target, task=self.task, before=before,
                                  language=language, failure=failure, new_file=new_file)
         picked = actions.call_text(tool, {"path": path} if new_file else {"path": path, "target": target})
-        request = [*self.messages, {"role": "assistant", "content": picked}, {"role": "user", "content": ask}]
+        request = [*self.view, {"role": "assistant", "content": picked}, {"role": "user", "content": ask}]
         regex = code_regex(language, header, kind)
-        tries = state.attempts(path, target)
-        drafts: list[tuple[str, str]] = []
-        for attempt in range(CODE_ATTEMPTS):
-            temperature = 0.0 if tries == 0 and attempt == 0 else self.config.guided_retry_temperature
-            if attempt:
-                self.emit(ev.TextStreamed(self.session_id, self.turn, "\n"))
-            text, _finish = await self._stream(request, regex, max_tokens=min(CODE_MAX_TOKENS, self.max_tokens),
-                                               temperature=temperature, show=True)
-            code = extract_code(text)
-            new_text = self._apply(current, original, sym_now, sym_then, code, new_file)
-            drafts.append((text, new_text))
-            problem = None
-            if new_text == current:
-                problem = "changes nothing"
-            elif path.endswith(".py"):
-                problem = parses(new_text)
-            if problem is None:
+        key = (path, target, before)
+
+        def draft(text: str) -> Draft:
+            new_text = self._apply(current, original, sym_now, sym_then, extract_code(text), new_file)
+            problem = "changes nothing" if same_code(new_text, current) else (
+                parses(new_text) if path.endswith(".py") else None)
+            if not text.rstrip().endswith("```") or text.count("\n") < 2:
+                problem = "cut off"  # the token limit ended it before its closing fence
+            if self.memory is not None and text in self.memory.tried and self.memory.key == key:
+                problem = problem or "tried before"
+            return Draft(text, new_text, problem)
+
+        chosen: Draft | None = None
+        while self.memory is not None and (queued := self.memory.take(key)) is not None:
+            candidate = draft(queued)
+            candidate.problem = None if candidate.problem == "tried before" else candidate.problem
+            if candidate.problem is None:  # a draft an earlier turn drew and did not try yet
+                chosen = candidate
+                self.emit(ev.TextStreamed(self.session_id, self.turn, queued))
                 break
-            log.info("guided %s turn %d: draft %d of %s %s; drawing again", self.session_id, self.turn,
-                     attempt + 1, target, problem)
-        text, new_text = drafts[-1]
+        rest: list[Draft] = []
+        if chosen is None:
+            drafts = await self._draw(request, regex, before, original, first=state.attempts(path, target) == 0,
+                                      make=draft)
+            ranked = rank(drafts, before, self.task)
+            chosen = ranked[0] if ranked else drafts[0]
+            rest = ranked[1:]
+            if len(drafts) > 1:
+                self.emit(ev.TextStreamed(self.session_id, self.turn, f"\n[{len(drafts)} drafts, {len(ranked)} "
+                                                                       f"usable; trying the best first]"))
+            log.info("guided %s turn %d: %d drafts of %s, %d usable", self.session_id, self.turn,
+                     len(drafts), target, len(ranked))
+        if self.memory is not None:
+            self.memory.keep(key, chosen.text, [d.text for d in rest])
+        text, new_text = chosen.text, chosen.new_text
         if sym_now is not None and current is not None and not _MARKERS.search(new_text):
             search = "\n".join(symbol_lines(current, sym_now))
             replace = "\n".join(indent_code(extract_code(text), sym_now.indent))
@@ -289,6 +290,28 @@ class GuidedTurn:
         fields = {"path": path, "content": new_text} if new_file else {"path": path, "target": target,
                                                                          "content": new_text}
         return _Edit("write_to_file", fields, text)
+
+    async def _draw(self, request: list[Message], regex: str, before: str, original: str, *, first: bool,
+                    make: Callable[[str], Draft]) -> list[Draft]:
+        """New drafts: a function's first edit draws a greedy draft (shown as it comes) and, at
+        the same time, sampled ones; later edits draw sampled ones. Drawn again once when
+        none is usable."""
+        limit = max_draft_tokens(before or original, min(CODE_MAX_TOKENS, self.max_tokens))
+        many = max(1, self.config.guided_drafts)
+        retry = self.config.guided_retry_temperature
+        drafts: list[Draft] = []
+        for again in (False, True):
+            if again and any(d.problem is None for d in drafts):
+                break
+            if again:
+                self.emit(ev.TextStreamed(self.session_id, self.turn, "\n"))
+            asks = [self._stream(request, regex, max_tokens=limit, temperature=retry, show=not (first and not again),
+                                 n=many)]
+            if first and not again:
+                asks.insert(0, self._stream(request, regex, max_tokens=limit, temperature=0.0, show=True))
+            for texts_drawn in await asyncio.gather(*asks):
+                drafts.extend(make(t) for t in texts_drawn)
+        return drafts
 
     @staticmethod
     def _apply(current: str | None, original: str, sym_now: Symbol | None, sym_then: Symbol | None,
@@ -303,10 +326,11 @@ class GuidedTurn:
 
 async def guided_turn(client: ChatClient, messages: list[Message], *, root: Path, task: str,
                       config: AgentConfig, session_id: str, turn: int, max_tokens: int,
-                      emit: Callable[[ev.AgentEvent], None]) -> TurnResult:
-    """One guided turn (see the module docstring)."""
+                      emit: Callable[[ev.AgentEvent], None], memory: GuidedMemory | None = None) -> TurnResult:
+    """One guided turn (see the module docstring); ``memory``: the session's first reads and
+    untried drafts."""
     return await GuidedTurn(client, messages, root=root, task=task, config=config, session_id=session_id,
-                            turn=turn, max_tokens=max_tokens, emit=emit).run()
+                            turn=turn, max_tokens=max_tokens, emit=emit, memory=memory).run()
 
 
 __all__ = ["GuidedTurn", "guided_turn"]
