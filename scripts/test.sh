@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# README command 2: set everything up (with test tools and both models) and run the
+# README command 2: set everything up (with test tools, both models and the tiny LoRA adapter) and run the
 # whole test suite. `.ci/run` calls exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 started=$(date +%s)
-scripts/setup.sh --dev smollm2 tiny
+scripts/setup.sh --dev smollm2 tiny tiny-lora
 
 export QT_QPA_PLATFORM=offscreen
 printf '\n== layering contracts (import-linter)\n'

@@ -65,6 +65,16 @@ class EngineSettings(BaseSettings):
     built-in models), ``none`` turns native tool calls off."""
     extra_args: list[str] = Field(default_factory=list)
     """Further ``vllm serve`` arguments appended after the profile's."""
+    lora_dir: Path | None = None
+    """A folder of LoRA adapters (one sub-folder each, as ``peft`` saves them): the managed
+    engine serves each under its folder's name, and sessions pick one."""
+    lora_runtime: bool = False
+    """Let sessions load adapters into the managed engine at run time (vLLM's
+    ``/v1/load_lora_adapter``); turns LoRA on even without ``lora_dir``."""
+    max_loras: int = 4
+    """Adapters the engine keeps active at once."""
+    max_lora_rank: int | None = None
+    """Largest adapter rank; None sizes it from the adapters in ``lora_dir`` (16 without any)."""
     external_url: str | None = None
     """Use an OpenAI-compatible endpoint that already runs instead of a managed engine."""
     external_api_key: str | None = None

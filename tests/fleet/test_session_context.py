@@ -128,3 +128,33 @@ name = "common"
     assert "tag=own-tag" in own_result and "/worktrees/" in own_result  # in the session's worktree
     common_result = next(m for m in by_task["common"][-1]["messages"] if m["role"] == "tool")["content"]
     assert common_result == "3"
+
+
+def test_taskfile_adapter_names_the_model_and_counts_apart(tmp_path: Path, git_repo: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    tasks = tmp_path / "fleet.toml"
+    tasks.write_text(f'''
+[defaults]
+repo = "{git_repo}"
+
+[[session]]
+task = "styled token=s"
+name = "styled"
+adapter = "style"
+
+[[session]]
+task = "plain token=p"
+name = "plain"
+''')
+    with ScriptedServer(responder=finish_at_once, adapters={"style": "/x/style"}).in_thread() as server:
+        assert run(["--tasks", str(tasks)], tmp_path / "data", server) == 0, capsys.readouterr()
+        models = {next(m["content"] for m in r["messages"] if m["role"] == "user").split("token=")[-1][:1]: r["model"]
+                  for r in server.requests if "<task>" in str(r["messages"][1]["content"])}
+    assert models == {"s": "style", "p": server.model}
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert set(summary["tokens_by_model"]) == {"style", server.model}
+    assert summary["tokens_by_model"]["style"]["sessions"] == 1
+    tasks.write_text(f'[[session]]\ntask = "x"\nrepo = "{git_repo}"\nadapter = "missing"\n')
+    with ScriptedServer(responder=finish_at_once).in_thread() as server:
+        assert run(["--tasks", str(tasks)], tmp_path / "data2", server) == 1
+    assert "serves no LoRA adapter 'missing'" in capsys.readouterr().out

@@ -534,7 +534,7 @@ class Agent:
             self._run_completion += usage.completion_tokens
             self._emit(ev.UsageReported(sid, turn, usage.prompt_tokens, usage.completion_tokens,
                                         usage.cached_tokens, self._context_tokens,
-                                        self.config.context_window_tokens))
+                                        self.config.context_window_tokens, self.client.model_name))
         self._emit(ev.TurnFinished(sid, turn, result.finish_reason or "stop", result.content,
                                    len(result.reply.calls)))
         self._last_finish = result.finish_reason

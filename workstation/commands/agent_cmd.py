@@ -53,6 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     ctx.add_argument("--image", action="append", default=[], metavar="PATH",
                      help="an image (PNG, JPEG, GIF, WebP) that goes with the task (repeatable); only "
                           "for a model that takes images, else refused with the reason")
+    ctx.add_argument("--adapter", metavar="NAME[=PATH]",
+                     help="a LoRA adapter the engine serves (requests name it as the model); with =PATH "
+                          "it is loaded from that folder at run time where the engine does not serve it yet")
     ctx.add_argument("--mcp-config", metavar="FILE",
                      help='MCP servers whose tools the agent gets, as mcp__<server>__<tool>: the usual '
                           '{"mcpServers": {"NAME": {"command": …, "args": […], "env": {…}} | {"url": …}}} '
@@ -158,6 +161,7 @@ async def _run(args: argparse.Namespace) -> int:
     from workstation.engine.acquire import engine_endpoint
     from workstation.engine.chat_client import ChatClient
     from workstation.engine.http import make_http_client
+    from workstation.engine.lora import ensure_adapter, parse_adapter
 
     repo = Path(args.repo).expanduser()
     if not repo.is_dir():
@@ -180,10 +184,13 @@ async def _run(args: argparse.Namespace) -> int:
     settings = load_settings()
     mcp_servers = session_mcp_servers(settings, args.mcp_config)
     images = load_images(args.image)
+    adapter, adapter_path = parse_adapter(args.adapter)
     say = (lambda m: print(m, file=sys.stderr, flush=True))
     printer = _Printer(args.json)
     acquire = engine_endpoint(settings, url=args.endpoint, api_key=args.api_key, model=args.model, progress=say)
     async with acquire as endpoint, make_http_client() as http:
+        if adapter:
+            await ensure_adapter(http, endpoint, adapter, adapter_path)
         window = args.context_window or await fetch_context_window(http, endpoint) or 8192
         takes_images = await model_takes_images(http, endpoint, settings)
         if images and takes_images is not True:
@@ -198,13 +205,14 @@ async def _run(args: argparse.Namespace) -> int:
             rules_max_chars=settings.agent.rules_max_chars, takes_images=takes_images,
         )
         session = args.session or f"cli-{time.strftime('%Y%m%d-%H%M%S')}"
-        agent = Agent(session, repo, args.task, ChatClient(http, endpoint), config, on_event=printer,
+        agent = Agent(session, repo, args.task, ChatClient(http, endpoint, model=adapter), config, on_event=printer,
                       approver=_terminal_approver if interactive else None, task_images=images)
         sandbox = await sandbox_status(config.sandbox)
         if not sandbox.confined:
             say(f"note: {sandbox.summary()}" + (f"; to confine them: {sandbox.fix}" if sandbox.fix else ""))
         if not args.json:
-            say(f"agent {session} on {endpoint.model} at {endpoint.base_url} in {agent.root} "
+            say(f"agent {session} on {endpoint.model}{f' with the adapter {adapter}' if adapter else ''} at "
+                f"{endpoint.base_url} in {agent.root} "
                 f"({args.mode} mode, {policy.describe()}, context {window:,} tokens)")
             if agent.checkpoints is not None and not await agent.checkpoints.available():
                 say("note: not a git repository, so no checkpoints")

@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     model = subparsers.add_parser("model", help="prepare the embedded models")
     mverbs = model.add_subparsers(dest="model_verb", metavar="ACTION", required=True)
     prepare = mverbs.add_parser("prepare", help="prepare smollm2 (default) and/or tiny")
-    prepare.add_argument("names", nargs="*", metavar="NAME", help="smollm2 (default) and/or tiny")
+    prepare.add_argument("names", nargs="*", metavar="NAME", help="smollm2 (default), tiny, and/or tiny-lora (a LoRA adapter for tiny, built with peft)")
     prepare.add_argument("--force", action="store_true", help="rebuild even if it checks out")
     prepare.set_defaults(func=_prepare)
 
@@ -58,14 +58,18 @@ def _setup(args: argparse.Namespace) -> int:
 
 def _prepare(args: argparse.Namespace) -> int:
     from workstation.engine.environment import require_engine
+    from workstation.engine.adapter_prep import BUILTIN_ADAPTERS, prepare_adapter
     from workstation.engine.models import prepare_model
 
     settings = load_settings()
     engine = require_engine(settings)
     for name in args.names or ["smollm2"]:
         started = time.monotonic()
-        prepare_model(settings, engine, name, progress=_say, force=args.force)
-        _say(f"model '{name}' took {time.monotonic() - started:.0f} s")
+        if name in BUILTIN_ADAPTERS:
+            prepare_adapter(settings, engine, name, progress=_say, force=args.force)
+        else:
+            prepare_model(settings, engine, name, progress=_say, force=args.force)
+        _say(f"{'adapter' if name in BUILTIN_ADAPTERS else 'model'} '{name}' took {time.monotonic() - started:.0f} s")
     return 0
 
 

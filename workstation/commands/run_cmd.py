@@ -64,6 +64,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     agent.add_argument("--no-rules", action="store_true", help="do not read the repositories' rules files")
     agent.add_argument("--image", action="append", default=[], metavar="PATH",
                        help="an image that goes with --task (repeatable); only for a model that takes images")
+    agent.add_argument("--adapter", metavar="NAME[=PATH]",
+                       help="the LoRA adapter of every session (a task file's adapter = wins); =PATH loads "
+                            "it from that folder at run time")
     agent.add_argument("--mcp-config", metavar="FILE",
                        help='MCP servers every session gets (the usual {"mcpServers": …} JSON); a task '
                             "file's own mcp_config / mcp_servers win by name")
@@ -129,6 +132,12 @@ def _specs(args: argparse.Namespace) -> list:  # list[TaskEntry]
         if not path.is_file():
             raise UserError(f"--rules {name}: no such file")
         extra_rules.append(str(path.resolve()))
+    if args.adapter:
+        from workstation.engine.lora import parse_adapter
+
+        name, path = parse_adapter(args.adapter)
+        entries = [TaskEntry(e.spec if e.spec.adapter else dataclasses.replace(e.spec, adapter=name, adapter_path=path),
+                             e.count) for e in entries]
     if args.mcp_config:
         from workstation.agent.mcp_servers import load_servers, merge_servers, servers_from_json, servers_json
 
@@ -159,6 +168,20 @@ async def _endpoints(args: argparse.Namespace, stack: contextlib.AsyncExitStack,
         return eps
     say = lambda msg: print(f"engine: {msg}", file=sys.stderr, flush=True)  # noqa: E731
     return [await stack.enter_async_context(engine_endpoint(settings, model=args.model, progress=say))]
+
+
+def _tokens_by_model(fleet, rows: list, endpoints: list) -> dict:  # type: ignore[no-untyped-def]
+    """Tokens per model the sessions' requests named: each LoRA adapter apart from its base."""
+    models = {e.name: e.model for e in endpoints}
+    out: dict[str, dict[str, int]] = {}
+    for row in rows:
+        adapter = fleet.record(row.session_id).spec.adapter
+        name = adapter or models.get(row.endpoint_name, row.endpoint_name)
+        entry = out.setdefault(name, {"sessions": 0, "prompt_tokens": 0, "completion_tokens": 0})
+        entry["sessions"] += 1
+        entry["prompt_tokens"] += row.prompt_tokens
+        entry["completion_tokens"] += row.completion_tokens
+    return out
 
 
 async def _check_images(entries: list, endpoints: list, http, settings) -> None:  # type: ignore[no-untyped-def]
@@ -240,6 +263,8 @@ async def _main(args: argparse.Namespace) -> int:
         wall = time.monotonic() - t0
         table.draw(final, wall, final_table=True)
         if args.json:
-            print(orjson.dumps(run_summary(final, wall)).decode())
+            summary = run_summary(final, wall)
+            summary["tokens_by_model"] = _tokens_by_model(fleet, final, endpoints)
+            print(orjson.dumps(summary).decode())
         ok = final and all(s.state is SessionState.DONE for s in final)
         return 0 if ok else 1

@@ -165,6 +165,8 @@ class UsageReported:
     context_tokens: int
     """Tokens the conversation holds after this turn (prompt + completion)."""
     context_window_tokens: int
+    model: str = ""
+    """What the request named as the model: the session's LoRA adapter, or the base model."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -116,11 +116,20 @@ class ChatClient:
         *,
         observers: Sequence[RequestObserver] = (),
         session_id: str | None = None,
+        model: str | None = None,
     ) -> None:
+        """``model``: the name requests ask for instead of the endpoint's model (a LoRA
+        adapter the engine serves)."""
         self._http = http
         self.endpoint = endpoint
         self.observers: list[RequestObserver] = list(observers)
         self.session_id = session_id
+        self.model = model
+
+    @property
+    def model_name(self) -> str:
+        """What requests name as the model: the adapter, or the endpoint's model."""
+        return self.model or self.endpoint.model
 
     def _headers(self, endpoint: Endpoint | None = None) -> dict[str, str]:
         key = (endpoint or self.endpoint).api_key
@@ -138,8 +147,9 @@ class ChatClient:
     ) -> AsyncIterator[ChatDelta]:
         """Yield deltas of one streamed completion; the last one carries ``usage``."""
         endpoint = self.endpoint
+        model = self.model or endpoint.model
         body: dict[str, Any] = {
-            "model": endpoint.model,
+            "model": model,
             "messages": list(messages),
             "stream": True,
             "stream_options": {"include_usage": True},
@@ -216,14 +226,14 @@ class ChatClient:
             raise
         finally:
             if self.observers:
-                self._report(endpoint, started, first, max_gap, usage, error)
+                self._report(endpoint, model, started, first, max_gap, usage, error)
 
     def _report(
-        self, endpoint: Endpoint, started: float, first: float | None, max_gap: float,
+        self, endpoint: Endpoint, model: str, started: float, first: float | None, max_gap: float,
         usage: Usage | None, error: str | None,
     ) -> None:
         record = RequestRecord(
-            endpoint=endpoint.base_url, model=endpoint.model, session_id=self.session_id,
+            endpoint=endpoint.base_url, model=model, session_id=self.session_id,
             started_s=started, ttft_s=first, duration_s=time.monotonic() - started,
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,

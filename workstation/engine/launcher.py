@@ -11,6 +11,8 @@
   read once before the start (``core/engine_sizing.py``).
 - The user's own ``VLLM_*`` variables reach the engine, except where the app or the profile
   sets the same one; the engine log says which value won.
+- LoRA is on where adapters are configured (``engine.lora_dir``, ``engine.lora_runtime``:
+  ``engine/lora.py``); its flags are base arguments, validated like the rest.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from workstation.core.engine_sizing import GpuMemory, ModelShape, Sizing, Sizing
 from workstation.core.profiles import PRESETS, Profile, apply_changes, effective, split_flags
 from workstation.engine.environment import EngineInstall
 from workstation.engine.flags import validate_args
+from workstation.engine.lora import RUNTIME_ENV, Adapter, find_adapters, lora_args
 from workstation.engine.models import ModelSpec
 
 log = logging.getLogger(__name__)
@@ -232,8 +235,20 @@ class EngineLauncher:
             base += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
         if self.engine.platform == "cpu":
             base += ["--kv-cache-memory-bytes", str(cpu_kv_cache_bytes(self.settings.engine.kv_cache_gib))]
+        base += self.lora_args()
         args = apply_changes(apply_changes(base, profile_args), self.extra_args)
         return [*self.engine.vllm_argv, "serve", self.model.source, *args]
+
+    def adapters(self) -> tuple[Adapter, ...]:
+        """The LoRA adapters of ``engine.lora_dir`` (none without it)."""
+        folder = self.settings.engine.lora_dir
+        return find_adapters(folder) if folder else ()
+
+    def lora_args(self) -> list[str]:
+        """LoRA flags where adapters are configured (a folder, or loading at run time)."""
+        cfg = self.settings.engine
+        return lora_args(self.adapters(), runtime=cfg.lora_runtime, max_loras=cfg.max_loras,
+                         max_rank=cfg.max_lora_rank)
 
     def environment(self) -> dict[str, str]:
         data = self.settings.data_dir
@@ -260,6 +275,8 @@ class EngineLauncher:
             iomp = self.engine.iomp_library()
             if iomp is not None:
                 env["LD_PRELOAD"] = ":".join(filter(None, [str(iomp), env.get("LD_PRELOAD", "")]))
+        if self.settings.engine.lora_runtime:
+            env[RUNTIME_ENV] = "True"  # sessions may load adapters through the API
         _, profile_env = effective(self.profile, PRESETS, platform=self.engine.platform)
         env.update(profile_env)
         env.update(self.extra_env)

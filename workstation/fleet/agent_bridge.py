@@ -142,24 +142,27 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
 
     def endpoint_back(self, name: str) -> None:
         """The endpoint restarted: its caches are empty (prime again, ask its window again)."""
-        self._primed.pop(name, None)
+        for key in [k for k in self._primed if k == name or k.startswith(name + "/")]:
+            self._primed.pop(key, None)
         self._windows.pop(name, None)
         self._images.pop(name, None)
         self._sizes.pop(name, None)
 
-    async def _prime_once(self, endpoint: Endpoint, config: Any) -> None:
+    async def _prime_once(self, endpoint: Endpoint, config: Any, adapter: str | None = None) -> None:
+        """Once per endpoint and model (an adapter's requests do not share the base model's cache)."""
         from workstation.agent.protocols import choose_protocol, prime_prefix_cache
         from workstation.engine.chat_client import ChatClient
 
-        task = self._primed.get(endpoint.name)
+        key = f"{endpoint.name}/{adapter}" if adapter else endpoint.name
+        task = self._primed.get(key)
         if task is None:
             protocol, _ = choose_protocol(config, endpoint)
-            client = ChatClient(self.http, endpoint)
+            client = ChatClient(self.http, endpoint, model=adapter)
 
             async def prime() -> None:
                 await prime_prefix_cache(client, protocol)
 
-            task = self._primed[endpoint.name] = asyncio.create_task(prime(), name=f"fleet-prime-{endpoint.name}")
+            task = self._primed[key] = asyncio.create_task(prime(), name=f"fleet-prime-{key}")
         await asyncio.shield(task)
 
     async def __call__(self, setup: AgentSetup) -> AgentHandle:
@@ -196,8 +199,12 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
             fields["command_env"] = tuple(sorted(setup.command_env.items()))
         fields.update(self.overrides)
         config = AgentConfig(**fields)
+        if spec.adapter:
+            from workstation.engine.lora import ensure_adapter
+
+            await ensure_adapter(self.http, setup.endpoint, spec.adapter, spec.adapter_path)
         if self.prime:
-            await self._prime_once(setup.endpoint, config)
+            await self._prime_once(setup.endpoint, config, spec.adapter)
         snapshot = None
         if setup.history:
             meta = setup.agent_meta
@@ -214,7 +221,8 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
                 commands_run=list(meta.get("commands_run") or ()),
             )
         agent = Agent(
-            setup.session_id, setup.root, setup.task, ChatClient(self.http, setup.endpoint), config,
+            setup.session_id, setup.root, setup.task, ChatClient(self.http, setup.endpoint, model=spec.adapter),
+            config,
             on_event=setup.on_event, approver=setup.approver,
             generation_slot=setup.generation_slot, snapshot=snapshot,
             task_images=load_images(spec.images) if not setup.history else (),  # later: in the history

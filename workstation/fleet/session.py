@@ -60,6 +60,11 @@ class SessionSpec:
     """The session's own MCP servers, as ``{"mcpServers": …}`` JSON (besides the app's)."""
     images: tuple[str, ...] = ()
     """Images (paths) that go with the task, for a model that takes them."""
+    adapter: str | None = None
+    """A LoRA adapter the engine serves (or loads from ``adapter_path``): the session's requests
+    name it as the model."""
+    adapter_path: str | None = None
+    """The adapter's folder, loaded at run time where the engine does not serve it yet."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

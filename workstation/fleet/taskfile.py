@@ -13,6 +13,8 @@
                                     #   unless rules = false)
     mcp_config = "mcp.json"         # MCP servers in the usual {"mcpServers": …} JSON shape
     images = ["screenshot.png"]     # with the task, for a model that takes images
+    adapter = "house-style"         # a LoRA adapter the engine serves (its requests name it);
+                                    #   or { name = "x", path = "adapters/x" } to load it at run time
     # worktree bootstrap (per repository; settings' `repos` say the same where these are absent)
     copy = [".env", { link = "node_modules" }]   # copied / linked from the main checkout
     setup = "npm ci --offline"      # run once in each new worktree, inside the sandbox
@@ -49,7 +51,7 @@ from workstation.fleet.session import SessionSpec
 
 _KEYS = {"task", "repo", "url", "name", "base", "mode", "auto_approve", "count", "max_steps",
          "init", "endpoint", "temperature", "shared_links", "rules", "copy", "setup", "ports", "run",
-         "mcp_config", "mcp_servers", "images"}
+         "mcp_config", "mcp_servers", "images", "adapter"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +144,7 @@ def _entry(p: Path, where: str, d: dict[str, Any], headless: bool) -> TaskEntry:
         raise UserError(f"task file {p}: {where}: ports must be a whole number from 1 to {MAX_PORTS_PER_SESSION}")
     mcp = _mcp(p, where, d.get("mcp_config"), d.get("mcp_servers"))
     images = _images(p, where, d.get("images", []))
+    adapter, adapter_path = _adapter(p, where, d.get("adapter"))
     spec = SessionSpec(
         task=task.strip(), repo=repo or url or "", name=text("name"), base_branch=text("base"),
         clone=bool(url), init_if_plain=bool(d.get("init", False)), mode=text("mode", "act") or "act",
@@ -150,7 +153,7 @@ def _entry(p: Path, where: str, d: dict[str, Any], headless: bool) -> TaskEntry:
         temperature=float(temperature) if temperature is not None else None,
         shared_links=tuple(links), rules=rules, rules_files=rules_files,
         copy_files=copies, link_files=linked, setup_command=text("setup"), ports=ports,
-        run_command=text("run"), mcp_servers=mcp, images=images,
+        run_command=text("run"), mcp_servers=mcp, images=images, adapter=adapter, adapter_path=adapter_path,
     )
     return TaskEntry(spec, count)
 
@@ -200,3 +203,27 @@ def _images(p: Path, where: str, value: Any) -> tuple[str, ...]:
     except UserError as exc:
         raise UserError(f"task file {p}: {where}: {exc}") from None
     return tuple(paths)
+
+
+def _adapter(p: Path, where: str, value: Any) -> tuple[str | None, str | None]:
+    """``adapter = "name"`` (served by the engine) or ``{ name = …, path = … }`` (loaded at run time)."""
+    if value is None:
+        return None, None
+    if isinstance(value, str) and value.strip():
+        return value.strip(), None
+    if isinstance(value, dict) and set(value) <= {"name", "path"} and isinstance(value.get("name"), str):
+        path = value.get("path")
+        if path is None:
+            return value["name"], None
+        if not isinstance(path, str):
+            raise UserError(f"task file {p}: {where}: adapter path must be a folder")
+        folder = Path(path).expanduser()
+        folder = folder if folder.is_absolute() else (p.parent / folder).resolve()
+        from workstation.engine.lora import read_adapter
+
+        try:
+            read_adapter(folder, value["name"])
+        except UserError as exc:
+            raise UserError(f"task file {p}: {where}: {exc}") from None
+        return value["name"], str(folder)
+    raise UserError(f"task file {p}: {where}: adapter must be a name, or {{ name = \"…\", path = \"…\" }}")

@@ -301,6 +301,7 @@ class Meters:
             sessions=self.streams.snapshot(),
             stream_tokens_per_s=self.streams.tokens_per_s(),
             cost=self.cost.estimate(),
+            models=self.streams.by_model(),
         )
 
     async def collect_once(self, window_s: float = 1.0) -> MetersSnapshot:

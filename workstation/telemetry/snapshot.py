@@ -9,7 +9,7 @@ from typing import Any
 from workstation.core.cost import CostEstimate
 from workstation.telemetry.host import HostSample
 from workstation.telemetry.nvml import GpuSnapshot
-from workstation.telemetry.streams import SessionTokens
+from workstation.telemetry.streams import ModelTokens, SessionTokens
 from workstation.telemetry.vllm_metrics import EngineMetricsSample
 
 
@@ -24,6 +24,8 @@ class MetersSnapshot:
     sessions: tuple[SessionTokens, ...]
     stream_tokens_per_s: float
     cost: CostEstimate | None
+    models: tuple[ModelTokens, ...] = ()
+    """Tokens per model the requests named: each LoRA adapter apart from the base model."""
 
     def to_dict(self) -> dict[str, Any]:
         gpu: Any
@@ -38,6 +40,7 @@ class MetersSnapshot:
             "engines": [e.to_dict() for e in self.engines],
             "sessions": [s.to_dict() for s in self.sessions],
             "stream_tokens_per_s": self.stream_tokens_per_s,
+            "tokens_by_model": [m.to_dict() for m in self.models],
             "cost": _na_values(self.cost.to_dict()) if self.cost else "n/a",
         }
 

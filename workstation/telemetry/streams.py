@@ -58,6 +58,21 @@ class SessionTokens:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class ModelTokens:
+    """Tokens of one model name: a LoRA adapter, or the base model."""
+
+    model: str
+    requests: int
+    prompt_tokens: int
+    cached_prompt_tokens: int
+    completion_tokens: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "requests": self.requests, "prompt_tokens": self.prompt_tokens,
+                "cached_prompt_tokens": self.cached_prompt_tokens, "completion_tokens": self.completion_tokens}
+
+
 class _Counter:
     __slots__ = ("requests", "prompt", "cached", "completion", "chunks", "buckets", "last_t")
 
@@ -78,6 +93,7 @@ class StreamCounters:
         self.window_s = window_s
         self._clock = clock
         self._sessions: dict[str, _Counter] = {}
+        self._models: dict[str, list[int]] = {}
 
     def _get(self, session_id: str) -> _Counter:
         c = self._sessions.get(session_id)
@@ -101,13 +117,27 @@ class StreamCounters:
                 c.buckets.popleft()
 
     def on_usage(self, session_id: str, usage: UsageLike) -> None:
-        """A stream ended with ``usage`` (the authoritative counts)."""
+        """A stream ended with ``usage`` (the authoritative counts; also per model, where the
+        usage says which: a LoRA adapter's tokens apart from the base model's)."""
         c = self._get(session_id)
         c.requests += 1
-        c.prompt += int(usage.prompt_tokens or 0)
-        c.cached += int(getattr(usage, "cached_tokens", 0) or 0)
-        c.completion += int(usage.completion_tokens or 0)
+        prompt, cached = int(usage.prompt_tokens or 0), int(getattr(usage, "cached_tokens", 0) or 0)
+        completion = int(usage.completion_tokens or 0)
+        c.prompt += prompt
+        c.cached += cached
+        c.completion += completion
         c.last_t = self._clock()
+        model = getattr(usage, "model", "") or ""
+        if model:
+            m = self._models.setdefault(model, [0, 0, 0, 0])
+            m[0] += 1
+            m[1] += prompt
+            m[2] += cached
+            m[3] += completion
+
+    def by_model(self) -> tuple[ModelTokens, ...]:
+        """Usage-reported tokens per model name (each LoRA adapter, the base model)."""
+        return tuple(ModelTokens(name, *counts) for name, counts in sorted(self._models.items()))
 
     def forget(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
