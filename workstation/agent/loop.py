@@ -403,6 +403,9 @@ class Agent:
             self._repair_tail()
         if self._protocol is None:
             self._protocol, why = choose_protocol(self.config, self.client.endpoint)
+            if self._protocol is ToolProtocol.GUIDED and self._needs_full_protocol():
+                self._protocol, why = ToolProtocol.TOOL_ONLY, f"{why}; but {self._needs_full_protocol()}, " \
+                                                              "so every turn is a tool call of the full list"
             self._emit(ev.ProtocolSelected(self.session_id, self._protocol, why))
         if not self._messages:
             await self._start_conversation()
@@ -468,6 +471,15 @@ class Agent:
             tail = current[len(before):] if current.startswith(before) else ""  # the rules stay
             self._replace_history([{"role": "system", "content": self._system_base(new) + tail},
                                    *self._messages[1:]])
+
+    def _needs_full_protocol(self) -> str:
+        """Why this session cannot be guided (empty when it can): the guided protocol offers its
+        own few calls and a bounded view of the history, so MCP tools and images would be lost."""
+        if self.config.mcp_servers:
+            return "the session has MCP tools"
+        if self.task_images:
+            return "the task has images"
+        return ""
 
     def _system_base(self, protocol: ToolProtocol) -> str:
         """The system prompt before the rules: constant, plus the MCP tools' section where the
@@ -584,7 +596,8 @@ class Agent:
             self._count_mistake(result.mistake)
         if result.progress:
             self._mistakes = 0
-        if result.repeated and self._protocol in (ToolProtocol.NATIVE, ToolProtocol.TOOL_ONLY):
+        if result.repeated and self._protocol in (ToolProtocol.NATIVE, ToolProtocol.TOOL_ONLY) \
+                and not self._needs_full_protocol():
             # the recovery step: a model that repeats itself gets its next calls narrowed
             self._switch_protocol(ToolProtocol.GUIDED, "the model repeated a call that had succeeded; "
                                                        "its next steps are guided")
