@@ -356,7 +356,12 @@ class Application:
         await fleet.start()
         await self.bridge.load_existing()
         settle_garbage_collector()
-        commands = FleetCommands(fleet, self.bridge)
+        from workstation.agent.model_info import model_takes_images
+        from workstation.engine.lora import served_adapters
+
+        commands = FleetCommands(fleet, self.bridge, adapters=tuple(await served_adapters(self.http, endpoint)),
+                                 takes_images=await model_takes_images(self.http, endpoint, self.settings),
+                                 model=endpoint.model)
         await commands.refresh_recent()
         self.window.commands = commands
         self.ready.set()

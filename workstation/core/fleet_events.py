@@ -42,6 +42,8 @@ class SessionSummary:
     created_at: float = 0.0
     ready: bool = False
     """Marked ready to merge (the merge queue takes it)."""
+    adapter: str = ""
+    """The LoRA adapter its requests name; empty for the base model."""
 
 
 @dataclass(frozen=True, slots=True)

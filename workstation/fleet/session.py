@@ -126,6 +126,7 @@ class SessionRecord:
             error=self.error,
             created_at=self.created_at,
             ready=bool(self.ready_at),
+            adapter=self.spec.adapter or "",
         )
 
     def copy(self) -> SessionRecord:

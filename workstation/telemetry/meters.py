@@ -91,6 +91,7 @@ class Meters:
     host_sampled = Signal(object)  # HostSample
     engine_sampled = Signal(object)  # EngineMetricsSample
     sessions_sampled = Signal(object)  # tuple[SessionTokens, ...]
+    models_sampled = Signal(object)  # tuple[ModelTokens, ...]: tokens per adapter / base model
     cost_updated = Signal(object)  # CostEstimate
     series_updated = Signal(object)  # tuple[str, ...]: names of the series just appended to
 
@@ -254,6 +255,7 @@ class Meters:
             "cost.joules_per_token": estimate.joules_per_token,
         }, 1.0)
         self.sessions_sampled.emit(sessions)
+        self.models_sampled.emit(self.streams.by_model())
         self.cost_updated.emit(estimate)
 
     async def _tick_loop(self) -> None:

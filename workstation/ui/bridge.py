@@ -20,6 +20,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from workstation.agent.tool_specs import COMPLETION_TOOL, SPECS_BY_NAME, TOOL_SPECS
+from workstation.agent.transcript import render_line
 from workstation.core import agent_events as ev
 from workstation.core import fleet_events as fe
 from workstation.ui.panes.session_pane import PaneInfo
@@ -42,7 +43,7 @@ def info_from_summary(summary: fe.SessionSummary) -> PaneInfo:
         session_id=summary.session_id, name=summary.name, repo=repo, branch=summary.branch,
         mode=summary.mode.capitalize() if summary.mode else "", state=summary.state,
         tokens=summary.prompt_tokens + summary.completion_tokens,
-        tokens_per_s=summary.tokens_per_s, detail=summary.error, ready=summary.ready,
+        tokens_per_s=summary.tokens_per_s, detail=summary.error, ready=summary.ready, adapter=summary.adapter,
     )
 
 
@@ -344,6 +345,19 @@ class FleetBridge(QObject):
         elif isinstance(event, ev.ModeChanged):
             pane.info.mode = event.mode.value.capitalize()
             pane.header.update()
+        elif isinstance(event, ev.RulesLoaded):
+            if event.files or event.left_out or event.skipped:
+                pane.info.rules = tuple(event.files)
+                line = render_line(event)
+                doc.add_line(line.removeprefix("· ") if line else "rules", LineStyle.NOTICE,
+                             detail="\n".join(event.files))
+                pane.header.update()
+        elif isinstance(event, ev.McpServerReady):
+            line = render_line(event) or event.server
+            doc.add_line(line.removeprefix("· ").removeprefix("! "),
+                         LineStyle.ERROR if event.error else LineStyle.NOTICE, detail="\n".join(event.tools))
+        elif isinstance(event, ev.ImagesAttached):
+            doc.add_images(event.paths, event.names)
         elif isinstance(event, ev.ProtocolSelected):
             label = protocol_label(event.protocol)
             if label != pane.info.protocol:

@@ -128,7 +128,9 @@ class ChatSessions:
     async def deny(self, session_id: str, feedback: str) -> None:
         raise UserError("plain chat sessions have nothing to deny")
 
-    async def follow_up(self, session_id: str, text: str) -> None:
+    async def follow_up(self, session_id: str, text: str, images: tuple[str, ...] = ()) -> None:
+        if images:
+            raise UserError("images go only with agent sessions on a model that takes them")
         doc = self.window.doc(session_id)
         doc.add_block(text, LineStyle.USER)
         self._history[session_id].append({"role": "user", "content": text})
@@ -145,6 +147,15 @@ class ChatSessions:
 
     def recent_repositories(self) -> list[str]:
         return []
+
+    def adapter_names(self) -> list[str]:
+        return []
+
+    def images_refusal(self) -> str:
+        return "a plain chat takes no images"
+
+    def attachments_dir(self) -> str:
+        return ""
 
     async def aclose(self) -> None:
         await self.tasks.aclose()

@@ -21,8 +21,14 @@ AUTO_APPROVE_CATEGORIES = {
 
 
 def spec_from_request(request: NewSessionRequest) -> SessionSpec:
+    from workstation.agent.images import load_images
+    from workstation.agent.mcp_servers import load_servers, servers_json
+
     clone = bool(request.clone_url)
+    load_images(request.images)  # a file that went away or is no image: said now
     return SessionSpec(
+        adapter=request.adapter or None, images=tuple(request.images),
+        mcp_servers=servers_json(load_servers(request.mcp_config)) if request.mcp_config else "",
         task=request.task,
         repo=request.clone_url if clone else request.repo_path,
         name=request.name or None,
@@ -37,10 +43,27 @@ def spec_from_request(request: NewSessionRequest) -> SessionSpec:
 class FleetCommands:
     """Implements :class:`workstation.ui.backend.SessionCommands`."""
 
-    def __init__(self, fleet: Any, bridge: Any) -> None:
+    def __init__(self, fleet: Any, bridge: Any, *, adapters: tuple[str, ...] = (), takes_images: bool | None = None,
+                 model: str = "") -> None:
+        """``adapters``: the LoRA adapters the engine serves; ``takes_images``: whether its model
+        does (from its config); ``model``: its name, for the reason when it does not."""
         self.fleet = fleet
         self.bridge = bridge
         self.recent: list[str] = []
+        self.adapters = tuple(adapters)
+        self.takes_images = takes_images
+        self.model = model
+
+    def adapter_names(self) -> list[str]:
+        return list(self.adapters)
+
+    def images_refusal(self) -> str:
+        from workstation.agent.images import refusal
+
+        return "" if self.takes_images is True else refusal(self.model or "the model", self.takes_images)
+
+    def attachments_dir(self) -> str:
+        return str(Path(self.fleet.data_dir) / "attachments")
 
     async def refresh_recent(self) -> None:
         self.recent = list(await self.fleet.store.known_repos())[:20]
@@ -88,8 +111,10 @@ class FleetCommands:
     async def deny(self, session_id: str, feedback: str) -> None:
         self.fleet.resolve_approval(session_id, self._request_id(session_id), ApprovalDecision.deny(feedback))
 
-    async def follow_up(self, session_id: str, text: str) -> None:
-        await self.fleet.reply(session_id, text)
+    async def follow_up(self, session_id: str, text: str, images: tuple[str, ...] = ()) -> None:
+        if images and self.takes_images is not True:
+            raise UserError(self.images_refusal())
+        await self.fleet.reply(session_id, text, images=tuple(images))
 
     async def diff(self, session_id: str) -> str:
         diff = await self.fleet.diff(session_id)

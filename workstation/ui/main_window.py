@@ -229,6 +229,8 @@ class MainWindow(QMainWindow):
         self.grid.page_changed.connect(lambda _p, _n: self._update_page_label())
         self.focus.back_requested.connect(self.show_grid)
         self.focus.follow_up.connect(self._on_focus_follow_up)
+        self.focus.follow_up_images.connect(
+            lambda sid, text, images: self._command("follow-up", "follow_up", sid, text, tuple(images)))
         self.focus.approval.approved.connect(lambda: self._approve_pane(self.focus.pane))
         self.focus.approval.denied.connect(lambda text: self._deny_pane(self.focus.pane, text))
         self.focus.approval.edited.connect(lambda args: self._approve_pane(self.focus.pane, args))
@@ -345,6 +347,9 @@ class MainWindow(QMainWindow):
     # ----- views -----
     def show_focus(self, pane: SessionPane) -> None:
         self.grid.set_focus(self.grid.panes.index(pane))
+        commands = self.commands
+        if commands is not None and hasattr(commands, "images_refusal"):
+            self.focus.configure_images(commands.attachments_dir(), commands.images_refusal())
         self.focus.show_pane(pane)
         session_id = pane.info.session_id
         self.focus.output.clear()

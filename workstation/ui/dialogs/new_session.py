@@ -1,6 +1,7 @@
-"""New session: repository (recent, folder picker, or clone URL), base branch, task,
-Plan/Act, auto-approve policy, copies, endpoint. Validated inline while typing; the
-Create button stays disabled until everything is right. Opened with ``open()``."""
+"""New session: repository (recent, folder picker, or clone URL), base branch, task (with
+images: attached or pasted, for a model that takes them), Plan/Act, auto-approve policy,
+copies, endpoint, LoRA adapter, MCP servers. Validated inline while typing; the Create button
+stays disabled until everything is right. Opened with ``open()``."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from PySide6.QtWidgets import (
 from workstation.ui import theme
 from workstation.ui.backend import NewSessionRequest
 from workstation.ui.icons_fallback import safe_icon
+from workstation.ui.image_tray import ImageTray
 
 CLONE_URL = re.compile(r"^(https?://|ssh://|git://|file://|git@[^:]+:)\S+$")
 BAD_REF = re.compile(r"(\s|\.\.|[~^:?*\[\\]|@\{|^-|/$|\.lock$|^/|//)")
@@ -77,6 +79,20 @@ def validate_task(task: str) -> str:
     return "" if task.strip() else "Say what the agent should do."
 
 
+def validate_mcp_config(path_text: str) -> str:
+    """Plain-words problem with the MCP servers file (empty field: none), or ``""``."""
+    if not path_text.strip():
+        return ""
+    from workstation.agent.mcp_servers import load_servers
+    from workstation.core.errors import UserError
+
+    try:
+        load_servers(path_text.strip())
+    except UserError as exc:
+        return str(exc)
+    return ""
+
+
 class NewSessionDialog(QDialog):
     submitted = Signal(object)
     """A :class:`NewSessionRequest`."""
@@ -120,6 +136,14 @@ class NewSessionDialog(QDialog):
         form.addRow("Task", self.task)
         self.task_error = self._error_label()
         form.addRow("", self.task_error)
+        folder = commands.attachments_dir() if commands is not None and hasattr(commands, "attachments_dir") else ""
+        self.images = ImageTray(Path(folder) if folder else None)
+        refusal = commands.images_refusal() if commands is not None and hasattr(commands, "images_refusal") else \
+            "no model to ask"
+        self.images.set_allowed(not refusal, refusal)
+        self.images.install_paste(self.task)
+        self.images.problem.connect(lambda text: self._show(self.task_error, text, True))
+        form.addRow("Images", self.images)
 
         mode_row = QHBoxLayout()
         self.plan = QRadioButton("Plan (read, propose)")
@@ -151,6 +175,25 @@ class NewSessionDialog(QDialog):
         self.name.setPlaceholderText("from the task")
         form.addRow("Name", self.name)
 
+        self.adapter = QComboBox()
+        self.adapter.addItem("none (the base model)", "")
+        for name in (commands.adapter_names() if commands is not None and hasattr(commands, "adapter_names") else []):
+            self.adapter.addItem(name, name)
+        self.adapter.setEnabled(self.adapter.count() > 1)
+        self.adapter.setToolTip("A LoRA adapter the engine serves (engine.lora_dir): the session's requests name it")
+        form.addRow("Adapter", self.adapter)
+
+        self.mcp_config = QLineEdit()
+        self.mcp_config.setPlaceholderText('an mcpServers JSON file: {"mcpServers": {"NAME": {"command": …}}}')
+        mcp_browse = QPushButton("Browse…")
+        mcp_browse.clicked.connect(self._browse_mcp)
+        mcp_row = QHBoxLayout()
+        mcp_row.addWidget(self.mcp_config, 1)
+        mcp_row.addWidget(mcp_browse)
+        form.addRow("MCP servers", mcp_row)
+        self.mcp_error = self._error_label()
+        form.addRow("", self.mcp_error)
+
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.create_button = self.buttons.addButton("Create", QDialogButtonBox.ButtonRole.AcceptRole)
         self.create_button.setDefault(True)
@@ -166,7 +209,7 @@ class NewSessionDialog(QDialog):
         self.clone_url.textChanged.connect(lambda _t: self._touched.add("repo"))
         self.task.textChanged.connect(lambda: self._touched.add("task"))
         for signal in (self.repo.currentTextChanged, self.clone_url.textChanged, self.base_branch.textChanged,
-                       self.task.textChanged):
+                       self.task.textChanged, self.mcp_config.textChanged):
             signal.connect(self.validate)
         if repo_path:
             self._touched.add("repo")
@@ -190,7 +233,9 @@ class NewSessionDialog(QDialog):
         self._show(self.repo_error, repo_problem, "repo" in self._touched)
         self._show(self.branch_error, branch_problem, True)
         self._show(self.task_error, task_problem, "task" in self._touched)
-        ok = not (repo_problem or branch_problem or task_problem)
+        mcp_problem = validate_mcp_config(self.mcp_config.text())
+        self._show(self.mcp_error, mcp_problem, True)
+        ok = not (repo_problem or branch_problem or task_problem or mcp_problem)
         self.create_button.setEnabled(ok)
         return ok
 
@@ -212,7 +257,16 @@ class NewSessionDialog(QDialog):
             copies=self.copies.value(),
             endpoint_name=self.endpoint.currentText(),
             name=self.name.text().strip(),
+            adapter=self.adapter.currentData() or "",
+            images=self.images.paths(),
+            mcp_config=self.mcp_config.text().strip(),
         )
+
+    def _browse_mcp(self) -> None:
+        dialog = QFileDialog(self, "MCP servers (mcpServers JSON)", "", "JSON (*.json)")
+        dialog.setFileMode(QFileDialog.FileMode.ExistingFile)
+        dialog.fileSelected.connect(self.mcp_config.setText)
+        dialog.open()
 
     def _submit(self) -> None:
         self._touched.update({"repo", "task"})

@@ -19,6 +19,7 @@ def install_meters(window: Any, meters: Any, fleet: Any | None = None, settings:
     meters.gpu_sampled.connect(dock.gpu_cards.on_gpu)
     meters.engine_sampled.connect(strip.on_engine)
     meters.sessions_sampled.connect(strip.on_sessions)
+    meters.models_sampled.connect(strip.on_models)
     meters.cost_updated.connect(strip.on_cost)
     meters.cost_updated.connect(dock.on_cost)
     meters.series_updated.connect(dock.redraw)

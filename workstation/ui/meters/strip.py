@@ -52,6 +52,10 @@ class Sparkline(QWidget):
         p.drawPolyline(poly)
 
 
+def compact(n: int) -> str:
+    return f"{n / 1e6:.1f}M" if n >= 1_000_000 else f"{n / 1e3:.1f}k" if n >= 1_000 else str(n)
+
+
 def _sep() -> QFrame:
     line = QFrame()
     line.setFrameShape(QFrame.Shape.VLine)
@@ -88,6 +92,13 @@ class MeterStrip(QFrame):
             if i and widget is not self.spark:
                 row.addWidget(_sep())
             row.addWidget(widget)
+        self.adapters = label("Generated tokens per model the sessions' requests named: each LoRA adapter "
+                              "apart from the base model")
+        self.adapters_sep = _sep()
+        row.addWidget(self.adapters_sep)
+        row.addWidget(self.adapters)
+        self.adapters.hide()
+        self.adapters_sep.hide()
         row.addStretch(1)
         self._engine_rate: float | None = None
         self._stream_rate: float | None = None
@@ -121,6 +132,17 @@ class MeterStrip(QFrame):
         self._stream_rate = sum(s.tokens_per_s or 0.0 for s in samples)
         if self._engine_rate is None:
             self._show_rate()
+
+    def on_models(self, models: Any) -> None:
+        """Tokens per model (``telemetry.streams.ModelTokens``); shown once more than one model
+        (an adapter and its base, or two adapters) has tokens."""
+        shown = [m for m in models if m.completion_tokens or m.prompt_tokens]
+        visible = len(shown) > 1
+        self.adapters.setVisible(visible)
+        self.adapters_sep.setVisible(visible)
+        if visible:
+            self.adapters.setText(" · ".join(f"{m.model} {compact(m.prompt_tokens + m.completion_tokens)}"
+                                             for m in shown))
 
     def _show_rate(self) -> None:
         rate = self._engine_rate if self._engine_rate is not None else self._stream_rate

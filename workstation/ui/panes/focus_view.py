@@ -3,6 +3,8 @@ the approval bar, and a follow-up input. Esc goes back to the grid."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeyEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
@@ -19,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from workstation.ui import theme
+from workstation.ui.image_tray import ImageTray
 from workstation.ui.panes.line_colours import line_colours
 from workstation.ui.panes.approval_bar import ApprovalBar
 from workstation.ui.panes.session_pane import PaneHeader, SessionPane
@@ -89,6 +92,8 @@ class FocusView(QWidget):
     back_requested = Signal()
     follow_up = Signal(str, str)
     """(session id, text) typed into the input box."""
+    follow_up_images = Signal(str, str, object)
+    """(session id, text, image paths): a follow-up with images attached or pasted."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -129,6 +134,10 @@ class FocusView(QWidget):
         row.addWidget(self.input, 1)
         row.addWidget(self.send_button)
         layout.addLayout(row)
+        self.images = ImageTray(None)
+        self.images.install_paste(self.input)
+        self.images.problem.connect(self.input.setPlaceholderText)
+        layout.addWidget(self.images)
         self.input.returnPressed.connect(self._send)
         self.send_button.clicked.connect(self._send)
 
@@ -180,11 +189,23 @@ class FocusView(QWidget):
             item.setToolTip(tip)
             self.checkpoints.addItem(item)
 
+    def configure_images(self, attachments_dir: str, refusal: str) -> None:
+        """Where pasted images are kept, and why images cannot go (empty: they can)."""
+        self.images.attachments_dir = Path(attachments_dir) if attachments_dir else None
+        self.images.set_allowed(not refusal, refusal)
+
     def _send(self) -> None:
         text = self.input.text().strip()
+        images = self.images.paths()
+        if images and not text:
+            text = "See the attached images."
         if text and self.pane is not None:
             self.input.clear()
-            self.follow_up.emit(self.pane.info.session_id, text)
+            if images:
+                self.images.clear()
+                self.follow_up_images.emit(self.pane.info.session_id, text, images)
+            else:
+                self.follow_up.emit(self.pane.info.session_id, text)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802
         if event.key() == Qt.Key.Key_Escape:

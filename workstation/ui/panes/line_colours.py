@@ -32,4 +32,5 @@ def line_colours(pal: QPalette | None = None) -> dict[LineStyle, QColor]:
         LineStyle.NOTICE: dim,
         LineStyle.ERROR: removed,
         LineStyle.REASONING: dim,
+        LineStyle.IMAGE: theme.accent(pal) if not dark else theme.mix(theme.accent(pal), text, 0.35),
     }

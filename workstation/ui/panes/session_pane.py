@@ -49,11 +49,23 @@ class PaneInfo:
     """Marked ready to merge."""
     server_url: str = ""
     """Where its dev server answers; empty when none runs."""
+    rules: tuple[str, ...] = ()
+    """The rules files it follows (``AGENTS.md``, ``src/AGENTS.md`` …), relative to its worktree."""
+    adapter: str = ""
+    """Its LoRA adapter; empty for the base model."""
+
+    def rules_mark(self) -> str:
+        """``§ AGENTS.md`` or ``§ AGENTS.md +2``; empty without rules."""
+        if not self.rules:
+            return ""
+        return f"§ {self.rules[-1]}" + (f" +{len(self.rules) - 1}" if len(self.rules) > 1 else "")
 
     def where(self) -> str:
-        """The header's second line: ``repo · branch · Act · guided · ✓ ready · ▶ :8123``."""
+        """The header's second line: ``repo · branch · Act · guided · ⧉ adapter · § AGENTS.md ·
+        ✓ ready · ▶ :8123``."""
         server = f"▶ :{self.server_url.rstrip('/').rsplit(':', 1)[-1]}" if self.server_url else ""
-        marks = (self.repo, self.branch, self.mode, self.protocol, "✓ ready" if self.ready else "", server)
+        marks = (self.repo, self.branch, self.mode, self.protocol, f"⧉ {self.adapter}" if self.adapter else "",
+                 self.rules_mark(), "✓ ready" if self.ready else "", server)
         return " · ".join(part for part in marks if part)
 
 

@@ -45,6 +45,9 @@ class LineStyle(Enum):
     """Failures."""
     REASONING = "reasoning"
     """The model's thinking, when the engine streams it."""
+    IMAGE = "image"
+    """Images that went with the task or a message: a compact line in a tile, thumbnails in
+    the focus view (``Line.images`` holds their paths)."""
 
 
 _uid = itertools.count(1)
@@ -53,10 +56,13 @@ _uid = itertools.count(1)
 class Line:
     """One logical line; views wrap it to their width."""
 
-    __slots__ = ("uid", "text", "style", "detail", "expanded", "tool", "wrap_key", "wrapped")
+    __slots__ = ("uid", "text", "style", "detail", "expanded", "tool", "wrap_key", "wrapped", "images")
 
-    def __init__(self, text: str, style: LineStyle, *, detail: str = "", tool: str = "") -> None:
+    def __init__(self, text: str, style: LineStyle, *, detail: str = "", tool: str = "",
+                 images: tuple[str, ...] = ()) -> None:
         self.uid = next(_uid)
+        self.images = images
+        """Paths of the images an ``IMAGE`` line shows."""
         self.text = text
         self.style = style
         self.detail = detail
@@ -160,6 +166,15 @@ class TranscriptDoc:
         """Append one whole line (tool call, user message, notice…)."""
         self.end_stream()
         line = Line(text.replace("\t", TAB), style, detail=detail, tool=tool)
+        self._append(line)
+        self._changed([line])
+        return line
+
+    def add_images(self, paths: tuple[str, ...], names: tuple[str, ...] = ()) -> Line:
+        """Append the images that went with a message (thumbnails where the view can draw them)."""
+        shown = names or tuple(p.rsplit("/", 1)[-1] for p in paths)
+        self.end_stream()
+        line = Line(f"▣ {', '.join(shown)}", LineStyle.IMAGE, images=tuple(paths))
         self._append(line)
         self._changed([line])
         return line

@@ -5,7 +5,7 @@ expand and collapse with a click; code and diffs are coloured by line style."""
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QFont, QMouseEvent, QTextCharFormat, QTextCursor
+from PySide6.QtGui import QFont, QImage, QMouseEvent, QPainter, QPaintEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import QPlainTextEdit, QWidget
 
 from workstation.ui import theme
@@ -14,6 +14,7 @@ from workstation.ui.panes.tail_view import expanded_text
 from workstation.ui.panes.transcript_doc import Line, LineStyle, TranscriptDoc
 
 MAX_BLOCKS = 5000
+THUMB_PX = 64
 
 
 class TranscriptMirror(QPlainTextEdit):
@@ -32,6 +33,10 @@ class TranscriptMirror(QPlainTextEdit):
         self._last_style: LineStyle | None = None
         self._tools: dict[int, Line] = {}
         self._formats = self._make_formats()
+        self._thumbs: dict[int, list[QImage]] = {}
+        """Thumbnails of the image lines, by their block's state."""
+        self.thumbnails_drawn = 0
+        """Thumbnails painted so far (what a test counts)."""
 
     def _make_formats(self) -> dict[LineStyle, QTextCharFormat]:
         formats: dict[LineStyle, QTextCharFormat] = {}
@@ -52,6 +57,7 @@ class TranscriptMirror(QPlainTextEdit):
         doc.flush()
         self.clear()
         self._tools.clear()
+        self._thumbs.clear()
         self._last_uid = 0
         cursor = QTextCursor(self.document())
         cursor.beginEditBlock()
@@ -112,6 +118,8 @@ class TranscriptMirror(QPlainTextEdit):
             if len(self._tools) > MAX_BLOCKS:
                 self._tools.pop(next(iter(self._tools)))
         cursor.insertText(text, self._formats[line.style])
+        if line.images:
+            self._insert_thumbnails(cursor, line)
         cursor.block().setUserState(line.uid % 2_000_000_000)
         self._last_uid = line.uid
         self._last_len = len(line.text)
@@ -159,6 +167,51 @@ class TranscriptMirror(QPlainTextEdit):
                     break
         if self.doc is not None:
             self.doc.revision += 1
+
+    def _insert_thumbnails(self, cursor: QTextCursor, line: Line) -> None:
+        """Room under an ``IMAGE`` line for its thumbnails (a plain-text editor draws no
+        images: ``paintEvent`` paints them over that room)."""
+        thumbs = []
+        for path in line.images:
+            image = QImage(path)
+            if not image.isNull():
+                thumbs.append(image.scaled(THUMB_PX, THUMB_PX, Qt.AspectRatioMode.KeepAspectRatio,
+                                           Qt.TransformationMode.SmoothTransformation))
+        if not thumbs:
+            return
+        self._thumbs[line.uid % 2_000_000_000] = thumbs
+        if len(self._thumbs) > MAX_BLOCKS:
+            self._thumbs.pop(next(iter(self._thumbs)))
+        rows = -(-THUMB_PX // max(1, self.fontMetrics().lineSpacing())) + 1
+        block = cursor.block()
+        for _ in range(rows):
+            cursor.insertBlock()
+            cursor.block().setUserState(-2)
+        cursor.setPosition(block.position())
+        cursor.movePosition(QTextCursor.MoveOperation.EndOfBlock)
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 - Qt API
+        super().paintEvent(event)
+        if not self._thumbs:
+            return
+        painter = QPainter(self.viewport())
+        block = self.firstVisibleBlock()
+        offset = self.contentOffset()
+        height = self.viewport().height()
+        while block.isValid():
+            top = self.blockBoundingGeometry(block).translated(offset).top()
+            if top > height:
+                break
+            thumbs = self._thumbs.get(block.userState())
+            if thumbs:
+                y = int(top + self.blockBoundingRect(block).height()) + 2
+                x = 6
+                for thumb in thumbs:
+                    painter.drawImage(x, y, thumb)
+                    x += thumb.width() + 6
+                    self.thumbnails_drawn += 1
+            block = block.next()
+        painter.end()
 
     def _insert_detail(self, cursor: QTextCursor, line: Line) -> None:
         fmt = self._formats[LineStyle.OUTPUT]
