@@ -208,9 +208,9 @@ class AgentSettings(BaseSettings):
     """Read each repository's rules files (``AGENTS.md``, ``CLAUDE.md``, ``.clinerules``)."""
     rules_max_chars: int = 12_000
     """Cap of a session's rules section (also at most ~15 % of the context window)."""
-    model_takes_images: bool | None = None
-    """Whether the served model takes images; None decides from its ``config.json`` (where the
-    folder the server reports is readable here). Images go only to a model that takes them."""
+    model_takes_images: Literal["auto", "yes", "no"] = "auto"
+    """Whether the served model takes images; ``auto`` decides from its ``config.json`` (where
+    the folder the server reports is readable here). Images go only to a model that takes them."""
     guided_max_parameters: int = 1_000_000_000
     """Models with at most this many parameters (read from the served model's config) get the
     guided protocol: few tools, each call narrowed by the task's state and held to a schema,

@@ -122,4 +122,4 @@ def refusal(model: str, takes: bool | None) -> str:
         return (f"the model '{model}' does not take images (its config has no vision part), so images "
                 f"cannot be attached; use a session on a vision model")
     return (f"cannot tell whether the model '{model}' takes images: the server does not show where its "
-            f"config is; if it does, set agent.model_takes_images = true")
+            f"config is; if it does, set agent.model_takes_images = yes")

@@ -53,10 +53,15 @@ async def fetch_takes_images(http: httpx.AsyncClient, endpoint: Endpoint) -> boo
 
 
 async def model_takes_images(http: httpx.AsyncClient, endpoint: Endpoint, settings: object) -> bool | None:
-    """The setting ``agent.model_takes_images`` where set, else :func:`fetch_takes_images`."""
-    agent = getattr(settings, "agent", None)
-    chosen = getattr(agent, "model_takes_images", None)
+    """The setting ``agent.model_takes_images`` where not ``auto``, else :func:`fetch_takes_images`."""
+    chosen = images_setting(settings)
     return chosen if chosen is not None else await fetch_takes_images(http, endpoint)
+
+
+def images_setting(settings: object) -> bool | None:
+    """``agent.model_takes_images``: ``yes`` True, ``no`` False, ``auto`` None (ask the model)."""
+    value = getattr(getattr(settings, "agent", None), "model_takes_images", "auto")
+    return {"yes": True, "no": False}.get(str(value))
 
 
 async def fetch_model_parameters(http: httpx.AsyncClient, endpoint: Endpoint) -> int | None:

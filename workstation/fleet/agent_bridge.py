@@ -133,7 +133,9 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         overrides.setdefault("rules_max_chars", agent.rules_max_chars)
         made = cls(http, overrides=overrides, **kwargs)
         made.app_rules = agent.rules
-        made.model_takes_images = agent.model_takes_images
+        from workstation.agent.model_info import images_setting
+
+        made.model_takes_images = images_setting(settings)
         if agent.mcp_config is not None:
             from workstation.agent.mcp_servers import load_servers
 

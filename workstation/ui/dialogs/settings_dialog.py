@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 from workstation.config import Settings, save_settings
 from workstation.ui import theme
 
-SECTIONS = ("engine", "fleet", "telemetry", "ui", "sandbox")
+SECTIONS = ("engine", "fleet", "agent", "telemetry", "ui", "sandbox")
 SANDBOX_RISK = (
     "Agents' commands run inside bubblewrap: they see only their own worktree, not your secrets "
     "(~/.ssh, ~/.aws …) or the app's data, and have no network. Where bubblewrap cannot run, each "
