@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 from workstation.core.errors import UserError
@@ -29,19 +30,24 @@ def validate_args(engine: EngineInstall, args: list[str], cache_dir: Path) -> No
     check_flags(args, known, engine.version)
 
 
-def check_flags(args: list[str], known: set[str], version: str = "?") -> None:
-    unknown = []
+def unknown_flags(args: Iterable[str], known: set[str]) -> list[str]:
+    """The flags among ``args`` (``--flag`` or ``--flag=value``; values are skipped) that the
+    engine does not know, each as ``--flag`` or ``--flag (did you mean --other?)``: the one
+    rule the launcher refuses by and the tuning checks report."""
+    out: list[str] = []
     for token in args:
         if not token.startswith("--"):
             continue
         flag = token.split("=", 1)[0]
         if flag not in known:
-            unknown.append(flag)
-    if unknown:
-        parts = []
-        for flag in unknown:
             close = difflib.get_close_matches(flag, known, n=1)
-            parts.append(f"{flag} (did you mean {close[0]}?)" if close else flag)
+            out.append(f"{flag} (did you mean {close[0]}?)" if close else flag)
+    return out
+
+
+def check_flags(args: list[str], known: set[str], version: str = "?") -> None:
+    parts = unknown_flags(args, known)
+    if parts:
         raise UnknownFlagError(
             f"the installed vLLM ({version}) does not know: {', '.join(parts)}",
             hint="remove them from the profile or engine.extra_args, or install a vLLM that has them",

@@ -14,7 +14,6 @@ unit-tested; :func:`check_against_engine` gathers the real inputs.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from workstation.core.profiles import (
     split_flags,
 )
 from workstation.engine.environment import EngineInstall, engine_help_text
-from workstation.engine.flags import known_flags
+from workstation.engine.flags import known_flags, unknown_flags
 from workstation.engine.models import ModelSpec
 
 # model_type values of models with Mamba / SSM / linear-attention layers (vLLM's IsHybrid
@@ -201,11 +200,9 @@ def check_profile(
                                 f"this engine runs on {platform}"))
 
     if help_flags is not None:
-        for flag in flags:
-            if flag.startswith("--") and flag not in help_flags:
-                close = difflib.get_close_matches(flag, help_flags, n=1)
-                hint = f" (did you mean {close[0]}?)" if close else ""
-                found.append(Finding(E, f"the installed vLLM ({engine_version}) does not know {flag}{hint}", flag))
+        for described in unknown_flags(flags, help_flags):
+            found.append(Finding(E, f"the installed vLLM ({engine_version}) does not know {described}",
+                                 described.split(" ", 1)[0]))
 
     # ----- the model -----
     try:
