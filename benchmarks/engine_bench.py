@@ -23,10 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from workstation.config import load_settings  # noqa: E402
 from workstation.core.profiles import PRESETS, effective  # noqa: E402
 from workstation.engine.chat_client import ChatClient  # noqa: E402
-from workstation.engine.environment import require_engine  # noqa: E402
 from workstation.engine.http import make_http_client  # noqa: E402
-from workstation.engine.launcher import EngineLauncher  # noqa: E402
-from workstation.engine.models import resolve_model  # noqa: E402
+from workstation.engine.host import Launchers  # noqa: E402
 
 PROMPT = "Write a long, detailed explanation of how Python's garbage collector works."
 
@@ -67,9 +65,9 @@ async def main() -> dict:
     parser.add_argument("--no-cold", action="store_true", help="keep the compile cache (skip the cold start)")
     args = parser.parse_args()
     settings = load_settings()
-    engine = require_engine(settings)
-    model = resolve_model(settings, args.model)
-    launcher = EngineLauncher(settings, engine, model, profile=args.profile)
+    launchers = Launchers.from_settings(settings, args.model)
+    engine, model = launchers.install, launchers.model
+    launcher = launchers(args.profile)
     cache = settings.engine_dir / "cache"
     if not args.no_cold:
         shutil.rmtree(cache, ignore_errors=True)

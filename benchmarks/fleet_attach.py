@@ -31,9 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workstation.core import agent_events as ev  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
-from workstation.engine.http import make_http_client  # noqa: E402
-from workstation.fleet import Fleet, SessionSpec  # noqa: E402
+from workstation.config import load_settings  # noqa: E402
+from workstation.fleet import SessionSpec  # noqa: E402
 from workstation.fleet.worktrees import disk_usage_bytes  # noqa: E402
+from workstation.services import Services  # noqa: E402
 
 GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@example.invalid",
            "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
@@ -112,8 +113,9 @@ async def main(args: argparse.Namespace) -> dict:
     gen_s = time.monotonic() - t
     proc = psutil.Process()
     endpoint = Endpoint(base_url="http://127.0.0.1:9", api_key="", model="none", name="bench")
-    async with make_http_client() as http:
-        fleet = Fleet(data_dir=data, endpoints=[endpoint], agent_factory=never_called, http=http)
+    async with Services(load_settings()) as services:
+        fleet = services.fleet(endpoints=[endpoint], data_dir=data, agent_factory=never_called,
+                               max_generating=32)
         await fleet.start()
         fds0, rss0 = proc.num_fds(), rss_bytes()
         t = time.monotonic()

@@ -36,9 +36,9 @@ from workstation.config import load_settings  # noqa: E402
 from workstation.core import agent_events as ev  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
 from workstation.core.session_state import SessionState  # noqa: E402
-from workstation.engine.acquire import engine_endpoint, external_endpoint  # noqa: E402
-from workstation.engine.http import make_http_client  # noqa: E402
-from workstation.fleet import Fleet, SessionSpec, real_agent_factory  # noqa: E402
+from workstation.engine.acquire import external_endpoint  # noqa: E402
+from workstation.fleet import SessionSpec  # noqa: E402
+from workstation.services import Services  # noqa: E402
 from workstation.telemetry.vllm_metrics import parse_metrics  # noqa: E402
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@example.invalid",
@@ -103,11 +103,11 @@ async def run(args: argparse.Namespace, endpoint: Endpoint, observe=None) -> dic
 
     proc = psutil.Process()
     fds0 = proc.num_fds()
-    async with make_http_client() as http:
+    async with Services(load_settings()) as services:
+        http = services.http
         before = await scrape(http, endpoint)
         busy = before.gauges.get("running", 0.0) if before else None
-        fleet = Fleet(data_dir=data, endpoints=[endpoint], http=http, max_generating=args.sessions,
-                      agent_factory=real_agent_factory(http))
+        fleet = services.fleet(endpoints=[endpoint], data_dir=data, max_generating=args.sessions)
         fleet.agent_event.connect(on_agent)
         await fleet.start()
         if observe is not None:
@@ -191,9 +191,9 @@ async def main(args: argparse.Namespace) -> dict:
     if args.endpoint:
         endpoint = await external_endpoint(args.endpoint, args.api_key, args.model)
         return await run(args, endpoint)
-    settings = load_settings()
-    async with engine_endpoint(settings, model=args.model or "smollm2",
-                               progress=lambda m: print(f"engine: {m}", file=sys.stderr)) as endpoint:
+    async with Services(load_settings()) as services:  # the managed engine, stopped at the end
+        engine = await services.engine(model=args.model or "smollm2")
+        endpoint = await engine.start(progress=lambda m: print(f"engine: {m}", file=sys.stderr))
         return await run(args, endpoint)
 
 

@@ -3,7 +3,7 @@
     python benchmarks/prefix_cache.py [--agents 8] [--turns 5]
     python benchmarks/prefix_cache.py --endpoint URL --api-key KEY --model NAME   # an engine that runs
 
-Without ``--endpoint`` it starts a fresh managed engine (``EngineLauncher``, the embedded
+Without ``--endpoint`` it starts a fresh managed engine (``Launchers``, the embedded
 SmolLM2 by default) and stops it after. Before the agents start, one 1-token request
 computes the shared system prompt and tools (``agent.protocols.prime_prefix_cache``, what a
 fleet does once per endpoint; ``--no-prime`` skips it); its tokens count in the rate. Each agent gets its own small git repository and
@@ -152,13 +152,10 @@ async def _bench(endpoint: Endpoint, agents: int, turns: int, stagger_s: float, 
 
 async def _managed_endpoint_run(args: argparse.Namespace) -> tuple[dict, str]:
     from workstation.config import load_settings
-    from workstation.engine.environment import require_engine
-    from workstation.engine.launcher import EngineLauncher
-    from workstation.engine.models import resolve_model
+    from workstation.engine.host import Launchers
 
     settings = load_settings()
-    launcher = EngineLauncher(settings, require_engine(settings), resolve_model(settings, args.model),
-                              log_dir=Path(tempfile.mkdtemp(prefix="ws-prefix-engine-")))
+    launcher = Launchers.from_settings(settings, args.model)(log_dir=Path(tempfile.mkdtemp(prefix="ws-prefix-engine-")))
     try:
         endpoint = await launcher.start(lambda m: print(m, file=sys.stderr, flush=True))
         return await _bench(endpoint, args.agents, args.turns, args.stagger_s, not args.no_prime), "fresh managed engine"

@@ -129,20 +129,11 @@ async def _phase(window, recorder, size: tuple[int, int] | None, args, out_dir: 
     return result
 
 
-async def _bench(args, window, sessions, port: int, out_dir: Path) -> list[dict]:
-    from workstation.core.endpoints import Endpoint
-    from workstation.engine.chat_client import ChatClient
-    from workstation.engine.http import make_http_client
+async def _bench(args, window, port: int, out_dir: Path) -> list[dict]:
+    from benchmarks._fleet_window import open_fleet_window
     from workstation.ui.recorder import Recorder
 
-    http = make_http_client()
-    endpoint = Endpoint(base_url=f"http://127.0.0.1:{port}", api_key="bench", model="bench",
-                        name="bench-source")
-    sessions.set_client(ChatClient(http, endpoint))
-    sessions.max_tokens = 10_000_000
-    for i in range(args.sessions):
-        sessions.add(f"session-{i + 1:03d}", f"Task {i + 1}: fix the flaky test", repo=f"repo-{i % 8}",
-                     mode="act")
+    sessions = await open_fleet_window(window, window.settings, port, args.sessions)
     await asyncio.sleep(args.warmup)
     recorder = Recorder(window)
     phases = []
@@ -151,7 +142,6 @@ async def _bench(args, window, sessions, port: int, out_dir: Path) -> list[dict]
             phases.append(await _phase(window, recorder, size, args, out_dir))
             await asyncio.sleep(1.0)
     await sessions.aclose()
-    await http.aclose()
     return phases
 
 
@@ -161,7 +151,6 @@ def run(args: argparse.Namespace, out_dir: Path) -> list[dict]:
 
     from workstation.app import install_qt_logging, make_event_loop
     from workstation.config import load_settings
-    from workstation.ui.chat_backend import ChatSessions
     from workstation.ui.main_window import MainWindow
     from workstation.ui.theme import apply_theme
 
@@ -182,12 +171,10 @@ def run(args: argparse.Namespace, out_dir: Path) -> list[dict]:
         apply_theme(app, "dark")
         loop = make_event_loop(app)
         window = MainWindow(settings)
-        sessions = ChatSessions(window, None)
-        window.commands = sessions
         window.resize(*args.window)
         window.show()
         with loop:
-            phases = loop.run_until_complete(_bench(args, window, sessions, port, out_dir))
+            phases = loop.run_until_complete(_bench(args, window, port, out_dir))
             window.allow_close()
             window.close()
     finally:

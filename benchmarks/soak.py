@@ -132,8 +132,10 @@ def per_hour(samples: list[dict[str, float]], key: str, warmup_s: float) -> floa
 
 async def soak(args: argparse.Namespace) -> dict[str, Any]:
     from workstation.agent.sandbox import SandboxPolicy, describe
+    from workstation.config import load_settings
     from workstation.engine.http import make_http_client
-    from workstation.fleet import Fleet, SessionSpec, real_agent_factory
+    from workstation.fleet import SessionSpec
+    from workstation.services import Services
 
     root = Path(tempfile.mkdtemp(prefix="ws-soak-", dir="/var/tmp"))
     data = root / "data"
@@ -143,6 +145,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
               "condensed": 0, "errors": 0}
     samples: list[dict[str, float]] = []
     http = make_http_client(read_timeout_s=30.0)
+    services = Services(load_settings(), http=http)
     try:
         assert server.stdout is not None
         info = json.loads(server.stdout.readline())
@@ -151,10 +154,10 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
         repo = make_repo(root)
         policy = SandboxPolicy(app_data_dirs=(str(data),))
         sandbox_line = await describe(policy)
-        factory = real_agent_factory(http, context_window_tokens=8192, overrides={
+        factory = services.agent_factory(context_window_tokens=8192, overrides={
             "sandbox": policy, "retry_backoff_s": 0.1, "max_turns": 1000})
-        fleet = Fleet(data_dir=data, endpoints=[endpoint], agent_factory=factory, http=http,
-                      max_generating=args.sessions)
+        fleet = services.fleet(endpoints=[endpoint], data_dir=data, agent_factory=factory,
+                               max_generating=args.sessions)
 
         def on_agent(e: Any) -> None:
             event = e.event

@@ -33,10 +33,9 @@ from workstation.config import load_settings  # noqa: E402
 from workstation.core.profiles import PRESETS, Profile, flatten  # noqa: E402
 from workstation.core.requests import RequestRecord  # noqa: E402
 from workstation.engine.chat_client import ChatClient, EngineHTTPError, EngineUnreachable  # noqa: E402
-from workstation.engine.environment import require_engine  # noqa: E402
 from workstation.engine.http import make_http_client  # noqa: E402
+from workstation.engine.host import Launchers  # noqa: E402
 from workstation.engine.launcher import EngineLauncher  # noqa: E402
-from workstation.engine.models import resolve_model  # noqa: E402
 from workstation.tuning.bench import tuning_settings  # noqa: E402
 from workstation.tuning.placement import plan_placement  # noqa: E402
 from workstation.tuning.switch import SafeSwitch  # noqa: E402
@@ -46,8 +45,8 @@ PROMPT = [{"role": "user", "content": "Write a Python function that parses an IN
 
 async def main(args: argparse.Namespace) -> dict:
     settings = tuning_settings(load_settings(), kv_cache_gib=args.kv_cache_gib)
-    engine = require_engine(settings)
-    model = resolve_model(settings, args.model)
+    make = Launchers.from_settings(settings, args.model)
+    engine, model = make.install, make.model
     logs = Path(tempfile.mkdtemp(prefix="switch-pause-"))
     old_profile = flatten(PRESETS["default"], PRESETS)
     new_profile = Profile("switch-target", "benchmark target",
@@ -55,7 +54,7 @@ async def main(args: argparse.Namespace) -> dict:
     launchers: list[EngineLauncher] = []
 
     def factory(profile: Profile, env: dict[str, str]) -> EngineLauncher:
-        launchers.append(EngineLauncher(settings, engine, model, log_dir=logs / profile.name, profile=profile, env=env))
+        launchers.append(make(profile, env, log_dir=logs / profile.name))
         return launchers[-1]
 
     records: list[RequestRecord] = []

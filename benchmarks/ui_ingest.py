@@ -2,8 +2,9 @@
 
 A token source runs in a separate process: a real HTTP server on 127.0.0.1 that
 streams chat completions in vLLM's SSE format, one token per event, at a set
-aggregate rate spread over N streams. The app side is the real path: the shared
-``httpx`` client and :class:`ChatClient` feed N sessions into the real
+aggregate rate spread over N streams. The app side is the real path: N fleet sessions
+made by the app's service factory, each a real agent whose model turn streams through the
+shared ``httpx`` client, the fleet's events and the bridge into the real
 :class:`MainWindow` at 1920×1080 (offscreen), on the qasync loop the app runs on.
 
 "Achieved" counts the tokens that reached the panes' documents (after coalescing, on
@@ -24,7 +25,6 @@ import asyncio
 import json
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -183,21 +183,13 @@ async def _lag_probe(samples: list[float], own: list[float], stop: asyncio.Event
         own.append(min(lag, time.thread_time() - c0))
 
 
-async def _bench(args: argparse.Namespace, window, sessions, port: int) -> dict:
+async def _bench(args: argparse.Namespace, window, port: int) -> dict:
     import psutil
 
-    from workstation.core.endpoints import Endpoint
-    from workstation.engine.chat_client import ChatClient
-    from workstation.engine.http import make_http_client
+    from benchmarks._fleet_window import open_fleet_window
 
     proc = psutil.Process()
-    http = make_http_client()
-    endpoint = Endpoint(base_url=f"http://127.0.0.1:{port}", api_key="bench", model="bench", name="bench-source")
-    sessions.set_client(ChatClient(http, endpoint))
-    sessions.max_tokens = 10_000_000
-    for i in range(args.sessions):
-        sessions.add(f"session-{i + 1:03d}", f"Task {i + 1}: fix the flaky test", repo=f"repo-{i % 8}",
-                     mode="act")
+    sessions = await open_fleet_window(window, window.settings, port, args.sessions)
     await asyncio.sleep(args.warmup)
     docs = [pane.doc for pane in window.panes.values()]
     lag: list[float] = []
@@ -219,7 +211,6 @@ async def _bench(args: argparse.Namespace, window, sessions, port: int) -> dict:
     grab_path.parent.mkdir(parents=True, exist_ok=True)
     frame.save(str(grab_path))
     await sessions.aclose()
-    await http.aclose()
     cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
     return {
         "sessions": args.sessions,
@@ -244,7 +235,6 @@ def run(args: argparse.Namespace) -> dict:
 
     from workstation.app import install_qt_logging, make_event_loop, settle_garbage_collector
     from workstation.config import load_settings
-    from workstation.ui.chat_backend import ChatSessions
     from workstation.ui.main_window import MainWindow
     from workstation.ui.theme import apply_theme
 
@@ -267,13 +257,11 @@ def run(args: argparse.Namespace) -> dict:
         apply_theme(app, args.theme)
         loop = make_event_loop(app)
         window = MainWindow(settings)
-        sessions = ChatSessions(window, None)
-        window.commands = sessions
         window.resize(1920, 1080)
         window.show()
         settle_garbage_collector()  # as the app does once its window is up
         with loop:
-            result = loop.run_until_complete(_bench(args, window, sessions, port))
+            result = loop.run_until_complete(_bench(args, window, port))
             window.allow_close()
             window.close()
     finally:

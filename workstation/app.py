@@ -21,20 +21,35 @@ import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workstation.config import Settings, load_settings
 from workstation.core.errors import UserError
 from workstation.ui.event_loop import make_event_loop, settle_garbage_collector
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import httpx
+
+    from workstation.core.profiles import Profile
+    from workstation.tuning.checks import CheckReport
+
+    from workstation.core.cost import CostEstimate
+    from workstation.core.endpoints import Endpoint
+    from workstation.fleet.service import Fleet
+    from workstation.services import Services
+    from workstation.telemetry.meters import Meters
+    from workstation.ui.bridge import FleetBridge
+    from workstation.ui.engine_adapter import EngineAdapter
+    from workstation.ui.main_window import MainWindow
+    from workstation.ui.recorder import Recorder
+    from workstation.ui.recorder.overlay import OverlayValues
+
 __all__ = ["Application", "install_qt_logging", "make_event_loop", "run_gui", "settle_garbage_collector"]
 
 log = logging.getLogger("workstation.app")
 qt_log = logging.getLogger("workstation.qt")
-
-FIRST_PROMPT = "Write a short Python function that reverses a string, then explain it in two sentences."
-"""What a window without the fleet (``use_fleet=False``) asks the engine first."""
-
 
 def _qt_message_handler(mode: Any, context: Any, message: str) -> None:
     from PySide6.QtCore import QtMsgType
@@ -106,33 +121,27 @@ class DemoRequest:
 
 
 class Application:
-    """Owns every service for one run of the window.
+    """Owns the window and its wiring for one run; the services come from
+    :class:`workstation.services.Services` (the same factory the verbs use)."""
 
-    ``use_fleet`` (the default) makes every pane a fleet session; without it the window
-    runs plain streamed chats (``first_prompt`` opens one as soon as the engine is ready).
-    """
-
-    def __init__(self, settings: Settings, *, use_fleet: bool = True, first_prompt: str | None = None,
-                 demo: DemoRequest | None = None) -> None:
+    def __init__(self, settings: Settings, *, demo: DemoRequest | None = None) -> None:
         self.settings = settings
         self.demo = demo
-        self._overlay: Any = None
-        self.use_fleet = use_fleet
-        self.first_prompt = first_prompt
         self.exit_code = 0
-        self.http = None
-        self.engine = None
-        self.sessions = None
-        self.fleet = None
-        self.bridge = None
-        self.meters = None
-        self.recorder = None
-        self.window = None
+        self.services: Services | None = None
+        self.http: httpx.AsyncClient | None = None
+        self.engine: EngineAdapter | None = None
+        self.fleet: Fleet | None = None
+        self.bridge: FleetBridge | None = None
+        self.meters: Meters | None = None
+        self.recorder: Recorder | None = None
+        self.window: MainWindow | None = None
+        self._cost: CostEstimate | None = None
         self._shutdown = asyncio.Event()
         self._accepting = True
         self._tasks: set[asyncio.Task[Any]] = set()
         self.ready = asyncio.Event()
-        """Set when sessions can be created (the fleet, or the chat backend, is up)."""
+        """Set when sessions can be created (the fleet is up)."""
 
     def request_shutdown(self, reason: str = "") -> None:
         if not self._shutdown.is_set():
@@ -160,167 +169,112 @@ class Application:
         from workstation.core.profiles import PRESETS
         from workstation.ui.engine_adapter import EngineAdapter
 
-        engine_settings = self.settings.engine
-        if engine_settings.external_url:
-            from workstation.engine.acquire import external_endpoint
-
-            endpoint = await external_endpoint(
-                engine_settings.external_url, engine_settings.external_api_key or "",
-                engine_settings.external_model,
-            )
-            self.engine = EngineAdapter(external=endpoint)
-            return
-        from workstation.engine.environment import find_engine
-        from workstation.engine.launcher import EngineLauncher
-        from workstation.engine.models import resolve_model
-
-        install = find_engine(self.settings)
-        if install is None:
-            raise UserError(
-                "the engine is not set up",
-                hint="run `workstation engine setup`, or set engine.external_url to use a running server",
-            )
-        spec = resolve_model(self.settings, engine_settings.model)
-        launcher = EngineLauncher(self.settings, install, spec, log_dir=self.settings.logs_dir,
-                                  profile=engine_settings.profile)
-        self.engine = EngineAdapter(launcher=launcher, profiles=tuple(PRESETS))
+        assert self.services is not None
+        try:
+            host = await self.services.engine()
+        except UserError as exc:
+            raise UserError(str(exc), hint=f"{exc.hint or 'run `workstation engine setup`'}; or set "
+                                           "engine.external_url to use a running server") from None
+        host.endpoint_changed.connect(self._on_endpoint)
+        self.engine = EngineAdapter(host, profiles=tuple(PRESETS) if host.managed else ())
 
     def _build_window(self) -> None:
         from workstation.ui.main_window import MainWindow
 
-        self.window = MainWindow(self.settings, engine=self.engine)
-        self.window.close_requested.connect(lambda: self.request_shutdown("(window closed)"))
-        self.window.settings_saved.connect(self._settings_saved)
-        self.window.engine_dock.set_log(self.engine.log_tail())
-        self.engine.view_changed.connect(self.window.set_engine_view)
-        self.engine.log_line.connect(self.window.engine_log_line)
-        self.engine.endpoint_changed.connect(self._on_endpoint)
+        assert self.engine is not None
+        window = self.window = MainWindow(self.settings, engine=self.engine)
+        window.close_requested.connect(lambda: self.request_shutdown("(window closed)"))
+        window.settings_saved.connect(self._settings_saved)
+        window.engine_dock.set_log(self.engine.log_tail())
+        self.engine.view_changed.connect(window.set_engine_view)
+        self.engine.log_line.connect(window.engine_log_line)
         self._install_tuning()
-        if not self.use_fleet:
-            from workstation.ui.chat_backend import ChatSessions
-
-            self.sessions = ChatSessions(self.window, None)
-            self.window.commands = self.sessions
         self._install_recorder()
-        if self.use_fleet:
-            self._spawn(self._show_sandbox(), "sandbox-status")
+        self._spawn(self._show_sandbox(), "sandbox-status")
         if self.demo is not None and self.demo.record is not None:
-            self.window.resize(1920, 1080)  # recorded as a 1080p screen, scaled to the output size
+            window.resize(1920, 1080)  # recorded as a 1080p screen, scaled to the output size
         else:
-            self.window.resize(1600, 960)
-        self.window.show()
+            window.resize(1600, 960)
+        window.show()
 
     def _install_recorder(self) -> None:
         """The recorder's REC button (Ctrl+R) in its toolbar slot, its timer in the status bar;
         the caption shows live sessions, tok/s and the saving against the API."""
+        window = self.window
+        assert window is not None
         try:
             from workstation.ui.recorder import (
-                OverlayValues,
                 Recorder,
                 RecordingIndicator,
                 RecordingOptions,
                 create_record_action,
                 default_recording_path,
             )
-        except ImportError:
+        except ImportError as exc:  # PyAV (the encoder) is missing: say so, the rest works
+            log.warning("recording is not available: %s", exc)
+            window.show_status(f"Recording is not available here: {exc}", 20000)
             return
-        window = self.window
         recorder = Recorder(parent=window)
 
         def options() -> RecordingOptions:
             return RecordingOptions(path=default_recording_path(self.settings.recordings_dir), overlay=True)
 
-        def overlay() -> OverlayValues:
-            from workstation.core.session_state import SessionState
-
-            states = [p.info.state for p in window.panes.values()]
-            cost = getattr(window.meters_strip, "last_cost", None) if hasattr(window, "meters_strip") else None
-            return OverlayValues(
-                sessions=len(states),
-                sessions_running=sum(1 for st in states if st is SessionState.RUNNING),
-                tokens_per_s=sum(p.display_rate() for p in window.panes.values()),
-                savings_pct=getattr(cost, "savings_pct", None),
-                note=self.engine.view().model or None,
-            )
-
-        self._overlay = overlay
-        action = create_record_action(recorder, window, options, overlay_source=overlay,
+        action = create_record_action(recorder, window, options, overlay_source=self.overlay_values,
                                       on_error=window.show_error, parent=window)
         window.install_record_action(action)
         window.statusBar().addPermanentWidget(RecordingIndicator(recorder))
         self.recorder = recorder
 
+    def overlay_values(self) -> OverlayValues:
+        """The recording's caption, read from the services (the fleet's sessions and its one
+        token rate, the meters' last cost estimate), never from widgets."""
+        from workstation.core.session_state import SessionState
+        from workstation.ui.recorder.overlay import OverlayValues
+
+        sessions = self.fleet.sessions() if self.fleet is not None else []
+        view = self.engine.view() if self.engine is not None else None
+        return OverlayValues(
+            sessions=len(sessions),
+            sessions_running=sum(1 for s in sessions if s.state is SessionState.RUNNING),
+            tokens_per_s=self.fleet.tokens_per_s_total() if self.fleet is not None else 0.0,
+            savings_pct=self._cost.savings_pct if self._cost is not None else None,
+            note=(view.model or None) if view is not None else None,
+        )
+
     def _install_tuning(self) -> None:
-        """The Tuning dock's checks and its switch. Only the engine the app started can be
-        switched; sessions move through ``_on_endpoint`` (the fleet's ``update_endpoint``)."""
+        """The Tuning dock's checks and the live engine's safe switch. Only an engine the app
+        started can be switched; the engine's owner moves sessions and meters to the new one."""
+        assert self.window is not None and self.services is not None and self.engine is not None
         dock = self.window.tuning_dock
-        dock.engine_replaced.connect(self._on_engine_replaced)
-        launcher = getattr(self.engine, "launcher", None)
-        if launcher is None:
-            external = getattr(self.engine, "external", None)
+        host = self.engine.host
+        switch = self.services.live_switch()
+        if switch is None or host.launcher is None:
+            external = host.external
             why = (f"this window uses an external endpoint ({external.base_url}); only an engine the app "
                    "started can be switched" if external is not None else "no engine is configured")
-            dock.set_switch_host(None, why)
+            dock.set_switch(None, why)
             dock.set_checker(None, why)
             return
         from workstation.tuning.checks import check_against_engine
-        from workstation.ui.tuning_dock import SwitchHost
 
         settings = self.settings
-        dock.set_checker(lambda profile, catalogue: check_against_engine(
-            settings, launcher.engine, launcher.model, profile, catalogue, extra_args=settings.engine.extra_args))
-        dock.set_switch_host(SwitchHost(http=self.http, live=lambda: self.engine.launcher,
-                                        factory=self._switch_launcher, retarget=self._on_endpoint,
-                                        plan=self._switch_placement))
 
-    def _switch_launcher(self, profile: Any, env: dict[str, str]) -> Any:
-        """The new engine of a switch: same install and model, another profile, a free port."""
-        from workstation.engine.launcher import EngineLauncher
+        def check(profile: Profile, catalogue: Mapping[str, Profile]) -> CheckReport:
+            live = host.launcher  # the engine serving when the check runs (a switch may have moved it)
+            assert live is not None
+            return check_against_engine(settings, live.engine, live.model, profile, catalogue,
+                                        extra_args=settings.engine.extra_args)
 
-        live = self.engine.launcher
-        return EngineLauncher(self.settings, live.engine, live.model, log_dir=self.settings.logs_dir / "switch",
-                              profile=profile, port=0, env=env)
+        dock.set_checker(check)
+        dock.set_switch(switch)
 
-    def _switch_placement(self) -> Any:
-        """Where the new engine runs (blocking: reads NVML on CUDA)."""
-        from workstation.tuning.placement import gpu_inventory, plan_placement
-
-        live = self.engine.launcher
-        platform = live.engine.platform
-        return plan_placement(platform, live_env={**os.environ, **live.extra_env}, cpu_count=os.cpu_count() or 1,
-                              gpus=gpu_inventory() if platform == "cuda" else ())
-
-    def _on_engine_replaced(self, serving: Any, report: Any) -> None:
-        """A switch (or its roll-back by restart) left another engine serving: adopt it."""
-        log.info("engine replaced: %s", report.lines()[0])
-        self.engine.replace_launcher(serving)
-        if self.meters is not None:
-            self.meters.set_engine_pid(getattr(serving, "pid", None))
-        if serving.alive():
-            self._on_endpoint(serving.endpoint)
-
-    def _on_endpoint(self, endpoint: Any) -> None:
-        if endpoint is None or not self._accepting:
-            if self.sessions is not None:
-                self.sessions.set_client(None)
+    def _on_endpoint(self, endpoint: Endpoint | None) -> None:
+        """The live endpoint changed: the first one brings the fleet up (a managed engine picks
+        its port and key at start); later ones reach the fleet and the meters through the
+        service factory's wiring."""
+        if endpoint is None or not self._accepting or self.fleet is not None:
             return
-        if not self.use_fleet:
-            from workstation.engine.chat_client import ChatClient
-
-            self.sessions.set_client(ChatClient(self.http, endpoint))
-            self.ready.set()
-            log.info("chat sessions ready")
-            if not self.window.panes and self.first_prompt:
-                self.sessions.add("first answer", self.first_prompt, repo="engine check")
-            return
-        if self.fleet is None:
-            self._spawn(self._build_fleet(endpoint), "fleet-start")
-        else:
-            update = getattr(self.fleet, "update_endpoint", None)
-            if update is not None:
-                update(endpoint)
-            else:
-                log.warning("the fleet cannot take a changed endpoint; restart the app after an engine restart")
+        self._spawn(self._build_fleet(), "fleet-start")
 
     async def _show_sandbox(self) -> None:
         """The banner over the grid while agents' commands are not confined (the agents
@@ -333,23 +287,14 @@ class Application:
         if self.window is not None:
             self.window.sandbox_banner.show_status(status)
 
-    async def _build_fleet(self, endpoint: Any) -> None:
-        """Fleet (after the first endpoint is known: a managed engine picks its port and
-        key at start), its bridge to the window, the sessions in the store, meters."""
-        from workstation.agent.sandbox import SandboxPolicy
-        from workstation.fleet.agent_bridge import real_agent_factory
-        from workstation.fleet.bootstrap import BootstrapOptions
-        from workstation.fleet.service import Fleet
+    async def _build_fleet(self) -> None:
+        """Fleet (on the live engine, followed across restarts and switches), its bridge to the
+        window, the sessions in the store, meters."""
         from workstation.ui.bridge import FleetBridge
         from workstation.ui.fleet_backend import FleetCommands
 
-        fleet = Fleet(
-            data_dir=self.settings.data_dir, endpoints=[endpoint], agent_factory=real_agent_factory.from_settings(self.http, self.settings),
-            http=self.http, max_generating=self.settings.fleet.max_generating,
-            sandbox=SandboxPolicy.from_settings(self.settings),
-            bootstrap=BootstrapOptions.from_settings(self.settings),
-        )
-        self.fleet = fleet
+        assert self.services is not None and self.window is not None
+        fleet = self.fleet = self.services.fleet()
         await self._show_sandbox()  # the settings the fleet's agents run under
         self.bridge = FleetBridge(fleet, self.window)
         self.window.attach_bridge(self.bridge)
@@ -359,7 +304,9 @@ class Application:
         from workstation.agent.model_info import model_takes_images
         from workstation.engine.lora import served_adapters
 
-        commands = FleetCommands(fleet, self.bridge, adapters=tuple(await served_adapters(self.http, endpoint)),
+        assert self.engine is not None
+        endpoint = self.engine.host.get()  # the live engine: its adapters, whether it takes images
+        commands = FleetCommands(fleet, adapters=tuple(await served_adapters(self.http, endpoint)),
                                  takes_images=await model_takes_images(self.http, endpoint, self.settings),
                                  model=endpoint.model)
         await commands.refresh_recent()
@@ -368,7 +315,7 @@ class Application:
         log.info("fleet ready: %d session(s)", len(self.window.panes))
         if self.demo is not None:
             self._spawn(self._run_demo(), "demo")
-        await self._build_meters(endpoint)
+        await self._build_meters()
 
     async def _run_demo(self) -> None:
         """Create and start the manifest's sessions; record them for the duration asked."""
@@ -389,7 +336,7 @@ class Application:
             if demo.size_px is not None:
                 overrides["size_px"] = demo.size_px
             options = RecordingOptions.from_demo(plan.manifest.recording, demo.record, **overrides)
-            self.recorder.start(self.window, options, overlay_source=self._overlay)
+            self.recorder.start(self.window, options, overlay_source=self.overlay_values)
             result = await self.recorder.wait_async()
             print(f"recorded {result.path}: {result.frames_written} frames "
                   f"({result.frames_dropped} dropped, {result.frames_repeated} repeated)"
@@ -401,25 +348,20 @@ class Application:
             await asyncio.sleep(demo.duration_s)
             self.request_shutdown("(demo duration reached)")
 
-    async def _build_meters(self, endpoint: Any) -> None:
-        try:
-            from workstation.telemetry.meters import Meters
-        except ImportError:
-            return
+    async def _build_meters(self) -> None:
         from workstation.ui.meters.install import install_meters
 
-        meters = Meters.from_settings(self.settings, self.http, endpoints=[endpoint])
-        launcher = getattr(self.engine, "launcher", None)
-        if launcher is not None and launcher.pid is not None:
-            meters.set_engine_pid(launcher.pid)
-        self.meters = meters
-        install_meters(self.window, meters, self.fleet, settings=self.settings)
+        assert self.services is not None and self.window is not None and self.fleet is not None
+        meters = self.meters = self.services.meters(streams=self.fleet.streams)
+        meters.cost_updated.connect(self._on_cost)
+        install_meters(self.window, meters, settings=self.settings)
         await meters.start()
 
+    def _on_cost(self, estimate: CostEstimate) -> None:
+        self._cost = estimate
+
     async def _start_engine(self) -> None:
-        if self.engine.external is not None:
-            self._on_endpoint(self.engine.external)
-            return
+        assert self.engine is not None and self.window is not None
         try:
             await self.engine.start()
         except UserError as exc:
@@ -431,9 +373,10 @@ class Application:
 
     # ----- the run -----
     async def run(self) -> int:
-        from workstation.engine.http import make_http_client
+        from workstation.services import Services
 
-        self.http = make_http_client()
+        self.services = Services(self.settings)
+        self.http = self.services.http
         try:
             await self._build_engine()
             self._build_window()
@@ -444,41 +387,40 @@ class Application:
         return self.exit_code
 
     async def shutdown(self) -> None:
-        """Stop accepting work → cancel agents → stop the engine → close the client."""
+        """Stop accepting work → cancel agents → stop the engine → close the client. Each stage
+        that fails is logged, and the next one still runs."""
         self._accepting = False
         window = self.window
         if window is not None:
             for action in (window.new_action, window.start_all_action, window.approve_all_action):
                 action.setEnabled(False)
             window.commands = None
-        if self.recorder is not None and getattr(self.recorder.state, "value", "") in ("starting", "recording"):
-            with contextlib.suppress(Exception):
-                self.recorder.stop()
-                await asyncio.wait_for(self.recorder.wait_async(), 15)
+        recorder = self.recorder
+        if recorder is not None and recorder.state.value in ("starting", "recording"):
+            recorder.stop()
+            await _stage("recording", asyncio.wait_for(recorder.wait_async(), 15))
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=10)
-        if self.sessions is not None:
-            await self.sessions.aclose()
-        if self.fleet is not None:
-            with contextlib.suppress(Exception):
-                await self.fleet.aclose()  # ends every agent; sessions keep their state
+        if self.services is not None:
+            await _stage("sessions", self.services.close_sessions())  # ends every agent; states stay
         if self.bridge is not None:
             self.bridge.close()
         if window is not None:
-            await window.tasks.aclose()
-        if self.meters is not None:
-            with contextlib.suppress(Exception):
-                await self.meters.aclose()
-        if self.engine is not None:
-            with contextlib.suppress(Exception):
-                await self.engine.stop()
-        if self.http is not None:
-            await self.http.aclose()
+            await _stage("window tasks", window.tasks.aclose())
+        if self.services is not None:
+            await self.services.aclose()  # meters → engine → HTTP client, each stage logged
         if window is not None:
             window.allow_close()
             window.close()
+
+
+async def _stage(name: str, step: Any) -> None:
+    try:
+        await step
+    except Exception:  # noqa: BLE001 - shut-down goes on; the failure is in the log
+        log.exception("shutdown: %s failed", name)
 
 
 def run_gui(args: argparse.Namespace | None = None) -> int:

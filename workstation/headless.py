@@ -18,9 +18,8 @@ from typing import TextIO
 from workstation.config import load_settings
 from workstation.core.fleet_events import SessionSummary
 from workstation.core.session_state import SessionState
-from workstation.engine.acquire import engine_endpoint
 from workstation.engine.chat_client import ChatClient
-from workstation.engine.http import make_http_client
+from workstation.services import Services
 
 
 def _say(msg: str) -> None:
@@ -61,18 +60,17 @@ async def _demo(args: argparse.Namespace) -> int:
     main_task = asyncio.current_task()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, main_task.cancel)
-    async with engine_endpoint(
-        settings, url=args.endpoint, api_key=args.api_key, model=args.model, progress=_say
-    ) as endpoint:
-        async with make_http_client() as http:
-            client = ChatClient(http, endpoint)
-            n = 1
-            _say(f"asking {endpoint.model} ({n} session{'s' if n > 1 else ''}): {args.prompt}")
-            print("", flush=True)
-            results = await asyncio.gather(
-                *(_stream_one(client, args.prompt, args.max_tokens, echo=(i == 0)) for i in range(n))
-            )
-            print("\n", flush=True)
+    async with Services(settings) as services:
+        engine = await services.engine(url=args.endpoint, api_key=args.api_key, model=args.model)
+        endpoint = await engine.start(progress=_say)
+        client = services.chat_client(endpoint)
+        n = 1
+        _say(f"asking {endpoint.model} ({n} session{'s' if n > 1 else ''}): {args.prompt}")
+        print("", flush=True)
+        results = await asyncio.gather(
+            *(_stream_one(client, args.prompt, args.max_tokens, echo=(i == 0)) for i in range(n))
+        )
+        print("\n", flush=True)
     total_tokens = sum(r["tokens"] for r in results)
     wall = max(r["elapsed_s"] for r in results)
     summary = {
@@ -99,9 +97,6 @@ async def _fleet_demo(args: argparse.Namespace) -> int:
 
     import orjson
 
-    from workstation.agent.sandbox import SandboxPolicy
-    from workstation.fleet import Fleet, real_agent_factory
-    from workstation.fleet.bootstrap import BootstrapOptions
     from workstation.fleet.demo_run import demo_specs, prepare_demo
 
     settings = load_settings()
@@ -115,17 +110,11 @@ async def _fleet_demo(args: argparse.Namespace) -> int:
     _say(f"demo '{plan.manifest.name}': {len(plan.sessions)} sessions on "
          f"{len(plan.repos)} sample repositories in {plan.workdir}")
     t0 = time.monotonic()
-    async with contextlib.AsyncExitStack() as stack:
-        endpoint = await stack.enter_async_context(engine_endpoint(
-            settings, url=args.endpoint, api_key=args.api_key, model=args.model, progress=_say))
-        http = await stack.enter_async_context(make_http_client())
-        fleet = Fleet(data_dir=settings.data_dir, endpoints=[endpoint],
-                      agent_factory=real_agent_factory.from_settings(http, settings), http=http,
-                      max_generating=settings.fleet.max_generating, resume_on_start=False,
-                      sandbox=SandboxPolicy.from_settings(settings),
-                      bootstrap=BootstrapOptions.from_settings(settings))
+    async with Services(settings) as services:  # closes the fleet, then the engine, then the client
+        engine = await services.engine(url=args.endpoint, api_key=args.api_key, model=args.model)
+        await engine.start(progress=_say)
+        fleet = services.fleet(resume_on_start=False)
         await fleet.start()
-        stack.push_async_callback(fleet.aclose)
         scope = []
         for spec in demo_specs(plan, headless=True):
             made = await fleet.create_session(spec)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workstation.core import agent_events as ev
-from workstation.core.approvals import ApprovalRequest, ToolCategory
+from workstation.core.approvals import ToolCategory
 from workstation.fleet.agent_bridge import AgentSetup
 
 
@@ -115,10 +115,9 @@ class FakeAgent:
         args = json.loads(self.messages[-1]["tool_calls"][0]["function"]["arguments"])
         self._emit(ev.ToolCallStarted(sid, f"c{step}", "write_to_file", args, f"write {args['path']}"))
         if self.script.ask_approval_at == step and self.s.approver is not None:
-            req = ApprovalRequest(f"r{step}", sid, f"c{step}", "write_to_file", ToolCategory.EDIT,
-                                  args, f"write {args['path']}", "edit actions need approval")
-            self._emit(ev.ApprovalRequested(sid, req.request_id, req.call_id, req.tool, "edit", args,
-                                            req.summary, req.reason))
+            req = ev.ApprovalRequested(f"r{step}", sid, f"c{step}", "write_to_file", ToolCategory.EDIT,
+                                       args, f"write {args['path']}", "edit actions need approval")
+            self._emit(req)
             decision = await self.s.approver(req)
             self._emit(ev.ApprovalResolved(sid, req.request_id, decision.approved, decision.feedback))
             if not decision.approved:

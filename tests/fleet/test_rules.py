@@ -18,7 +18,8 @@ from workstation.core.session_state import (
 )
 from workstation.fleet.gate import GenerationGate
 from workstation.fleet.routing import Router
-from workstation.fleet.session import SessionSpec, TokenRate
+from workstation.fleet.session import SessionSpec
+from workstation.telemetry.streams import StreamCounters
 
 
 def test_every_state_has_rules_and_no_self_loops() -> None:
@@ -128,11 +129,16 @@ async def test_gate_caps_and_hands_over_on_cancel() -> None:
 
 
 def test_token_rate_is_quiet_when_idle() -> None:
-    rate = TokenRate(window_s=5.0)
+    """The fleet's (and the whole app's) one token rate: ``StreamCounters``."""
+    now = [0.0]
+    rate = StreamCounters(window_s=5.0, clock=lambda: now[0])
     for i in range(10):
-        rate.add(10, now=100.0 + i * 0.5)
-    assert rate.rate(now=105.0) == pytest.approx(90 / 5.0, rel=0.2)
-    assert rate.rate(now=200.0) == 0.0
+        now[0] = 100.0 + i * 0.5
+        rate.on_chunk("s", 10)
+    now[0] = 105.0
+    assert rate.rate("s") == pytest.approx(90 / 5.0, rel=0.2)
+    now[0] = 200.0
+    assert rate.rate("s") == 0.0
 
 
 def test_spec_round_trips_and_ignores_unknown_keys() -> None:

@@ -185,7 +185,7 @@ def fleet_ui(qtbot, qloop, settings, calc_repo: Path, fleet_options: dict[str, A
         window.attach_bridge(bridge)
         run(qloop, fleet.start())
         run(qloop, bridge.load_existing())
-        commands = FleetCommands(fleet, bridge)
+        commands = FleetCommands(fleet)
         window.commands = commands
         window.resize(1600, 900)
         window.show()

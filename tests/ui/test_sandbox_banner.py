@@ -117,7 +117,7 @@ def test_without_bubblewrap_the_window_asks_for_an_auto_approved_command(  # typ
         window = MainWindow(no_bwrap)
         bridge = FleetBridge(fleet, window)
         window.attach_bridge(bridge)
-        commands = FleetCommands(fleet, bridge)
+        commands = FleetCommands(fleet)
         window.commands = commands
         window.show()
 

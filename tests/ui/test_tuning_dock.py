@@ -15,6 +15,7 @@ from workstation.core.endpoints import Endpoint
 from workstation.core.profiles import PRESETS, Profile, flatten
 from workstation.core.requests import RequestRecord
 from workstation.core.traffic import shape_from_records
+from workstation.engine.launcher import EngineState
 from workstation.tuning.checks import CheckReport, check_resolved, model_traits
 from workstation.tuning.placement import Placement
 from workstation.tuning.results import BenchResult, LatencyStats, Slo, Workload
@@ -131,7 +132,7 @@ def test_shape_charts_drawn(dock) -> None:  # type: ignore[no-untyped-def]
 
 # ----- the switch, through the app's wiring -----
 class QtFakeLauncher(FakeLauncher):
-    """A fake engine with what the window's engine adapter follows (state, log, model)."""
+    """A fake engine with what the live engine's owner and the window follow (state, log, model)."""
 
     state_changed = Signal(object, str)
     log_line = Signal(str)
@@ -141,19 +142,20 @@ class QtFakeLauncher(FakeLauncher):
         self.model = SimpleNamespace(served_name="smollm2", config_json=LLAMA, max_model_len=8192)
         self.extra_env: dict[str, str] = {}
         self.log_tail: list[str] = []
-        self.state = SimpleNamespace(value="stopped")
+        self.state = EngineState.STOPPED
         self.pid = None
 
     async def start(self, progress=None):  # type: ignore[no-untyped-def]
         endpoint = await super().start(progress)
         # ``engine`` is the fake server here and the install on an EngineLauncher: be both
         self.engine.platform, self.engine.version = "cpu", VERSION  # type: ignore[union-attr]
-        self.state = SimpleNamespace(value="ready")
+        self.state = EngineState.READY
+        self.state_changed.emit(self.state, "")
         return endpoint
 
     async def stop(self) -> None:
         await super().stop()
-        self.state = SimpleNamespace(value="stopped")
+        self.state = EngineState.STOPPED
         self.state_changed.emit(self.state, "")
 
 
@@ -168,6 +170,8 @@ class FakeFleet:
 @pytest.fixture
 def app_with(qtbot, qloop, settings, store):  # type: ignore[no-untyped-def]
     from workstation.app import Application
+    from workstation.engine.host import EngineHost
+    from workstation.services import Services
     from workstation.ui.engine_adapter import EngineAdapter
     from workstation.ui.main_window import MainWindow
 
@@ -175,24 +179,26 @@ def app_with(qtbot, qloop, settings, store):  # type: ignore[no-untyped-def]
 
     def build(*, fail_start: bool = False, external: Endpoint | None = None):  # type: ignore[no-untyped-def]
         vllm = FakeVllm()
-        app = Application(settings)
-        app.http = vllm.client()
-        app.fleet = FakeFleet()
         launchers: list[QtFakeLauncher] = []
-        if external is None:
-            old = QtFakeLauncher(vllm, flatten(PRESETS["default"], PRESETS))
-            run(qloop, old.start())
-            launchers.append(old)
-            app.engine = EngineAdapter(launcher=old, profiles=tuple(PRESETS))
-        else:
-            app.engine = EngineAdapter(external=external)
 
-        def factory(profile, env):  # type: ignore[no-untyped-def]
-            launchers.append(QtFakeLauncher(vllm, profile, env, fail_start=fail_start))
+        def factory(profile=None, env=None, **_where):  # type: ignore[no-untyped-def]
+            first = not launchers  # the live engine; the switch's new ones may fail
+            launchers.append(QtFakeLauncher(vllm, profile or flatten(PRESETS["default"], PRESETS), env,
+                                            fail_start=fail_start and not first))
             return launchers[-1]
 
-        app._switch_launcher = factory
-        app._switch_placement = lambda: Placement({}, side_by_side=True, reason="test: side by side")
+        if external is None:
+            host = EngineHost(launchers=factory)
+            run(qloop, host.start())
+        else:
+            host = EngineHost(external=external)
+        app = Application(settings)
+        app.services = Services(settings, http=vllm.client(), engine=host)
+        app.http = app.services.http
+        app.fleet = FakeFleet()
+        app.services.follow_endpoint(app.fleet.update_endpoint)  # as services.fleet() wires a fleet
+        app.services._plan_beside = lambda: Placement({}, side_by_side=True, reason="test: side by side")
+        app.engine = EngineAdapter(host, profiles=tuple(PRESETS))
         # the app's checker reads the engine's help from its cache, as it does after the first run
         (settings.cache_dir / f"vllm-serve-help-{VERSION}-cpu.txt").parent.mkdir(parents=True, exist_ok=True)
         (settings.cache_dir / f"vllm-serve-help-{VERSION}-cpu.txt").write_text(HELP)

@@ -61,11 +61,11 @@ async def request_approval(
     *, session_id: str, call_id: str, tool: str, category: ToolCategory, arguments: dict[str, Any],
     summary: str, reason: str, on_wait: Callable[[], None] = lambda: None,
 ) -> ApprovalDecision | None:
-    """Ask ``approver`` about one action, with the events; None when nobody can approve."""
-    request = ApprovalRequest(f"{session_id}:approval:{next(_request_ids)}", session_id, call_id, tool,
-                              category, dict(arguments), summary, reason)
-    emit(ev.ApprovalRequested(session_id, request.request_id, call_id, tool, category.value, dict(arguments),
-                              summary, reason))
+    """Ask ``approver`` about one action, with the events; None when nobody can approve. The
+    request the approver gets is the ``ApprovalRequested`` event itself."""
+    request = ev.ApprovalRequested(f"{session_id}:approval:{next(_request_ids)}", session_id, call_id, tool,
+                                   category, dict(arguments), summary, reason)
+    emit(request)
     if approver is None:
         emit(ev.ApprovalResolved(session_id, request.request_id, False, "no one can approve in this session",
                                  by="nobody"))

@@ -153,15 +153,12 @@ async def _run(args: argparse.Namespace) -> int:
     from workstation.agent.images import load_images
     from workstation.agent.images import refusal as images_refusal
     from workstation.agent.model_info import fetch_context_window, model_takes_images
-    from workstation.agent.sandbox import SandboxPolicy
     from workstation.agent.sandbox_status import sandbox_status
     from workstation.config import load_settings
     from workstation.core.agent_events import AgentMode, RunStatus
     from workstation.core.approvals import ApprovalPolicy
-    from workstation.engine.acquire import engine_endpoint
-    from workstation.engine.chat_client import ChatClient
-    from workstation.engine.http import make_http_client
     from workstation.engine.lora import ensure_adapter, parse_adapter
+    from workstation.services import Services
 
     repo = Path(args.repo).expanduser()
     if not repo.is_dir():
@@ -187,8 +184,10 @@ async def _run(args: argparse.Namespace) -> int:
     adapter, adapter_path = parse_adapter(args.adapter)
     say = (lambda m: print(m, file=sys.stderr, flush=True))
     printer = _Printer(args.json)
-    acquire = engine_endpoint(settings, url=args.endpoint, api_key=args.api_key, model=args.model, progress=say)
-    async with acquire as endpoint, make_http_client() as http:
+    async with Services(settings) as services:
+        engine = await services.engine(url=args.endpoint, api_key=args.api_key, model=args.model)
+        endpoint = await engine.start(progress=say)
+        http = services.http
         if adapter:
             await ensure_adapter(http, endpoint, adapter, adapter_path)
         window = args.context_window or await fetch_context_window(http, endpoint) or 8192
@@ -200,13 +199,13 @@ async def _run(args: argparse.Namespace) -> int:
             approval=policy, user_present=interactive, temperature=args.temperature,
             max_tokens_per_turn=min(args.max_tokens, max(256, window // 2)), context_window_tokens=window,
             max_turns=args.max_turns, command_timeout_s=args.command_timeout,
-            sandbox=SandboxPolicy.from_settings(settings), rules=settings.agent.rules and not args.no_rules,
+            sandbox=services.sandbox_policy(), rules=settings.agent.rules and not args.no_rules,
             rules_files=tuple(rules_files), rules_root=str(worktree_root(repo)), mcp_servers=mcp_servers,
             rules_max_chars=settings.agent.rules_max_chars, takes_images=takes_images,
         )
         session = args.session or f"cli-{time.strftime('%Y%m%d-%H%M%S')}"
-        agent = Agent(session, repo, args.task, ChatClient(http, endpoint, model=adapter), config, on_event=printer,
-                      approver=_terminal_approver if interactive else None, task_images=images)
+        agent = Agent(session, repo, args.task, services.chat_client(endpoint, model=adapter), config,
+                      on_event=printer, approver=_terminal_approver if interactive else None, task_images=images)
         sandbox = await sandbox_status(config.sandbox)
         if not sandbox.confined:
             say(f"note: {sandbox.summary()}" + (f"; to confine them: {sandbox.fix}" if sandbox.fix else ""))

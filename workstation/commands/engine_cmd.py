@@ -104,14 +104,10 @@ def _profiles(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from workstation.engine.environment import require_engine
-    from workstation.engine.launcher import EngineLauncher
-    from workstation.engine.models import resolve_model
+    from workstation.engine.host import Launchers
 
     settings = load_settings()
-    engine = require_engine(settings)
-    model = resolve_model(settings, args.model)
-    launcher = EngineLauncher(settings, engine, model, profile=args.profile, port=args.port)
+    launcher = Launchers.from_settings(settings, args.model)(args.profile, port=args.port)
 
     async def run() -> None:
         stop = asyncio.Event()

@@ -60,28 +60,25 @@ def run(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace, settings: Any, endpoints: list[Endpoint]) -> int:
     from workstation.engine.http import make_http_client
-    from workstation.telemetry.meters import Meters
+    from workstation.services import Services
 
-    async with make_http_client(max_connections=8, read_timeout_s=10.0) as http:
-        meters = Meters.from_settings(settings, http, endpoints=endpoints,
-                                      metrics_interval_s=args.window)
+    async with make_http_client(max_connections=8, read_timeout_s=10.0) as http, \
+            Services(settings, http=http) as services:  # the meters close before the client
+        meters = services.meters(endpoints=endpoints, metrics_interval_s=args.window)
         if args.api_price:
             if meters.set_api_price(args.api_price) is None:
                 raise UserError(f"no price for {args.api_price!r}",
                                 hint="known: " + ", ".join(meters.prices.models()))
-        try:
-            if args.once:
-                snap = await meters.collect_once(args.window)
-                print(json.dumps(snap.to_dict(), indent=2, default=str) if args.json else _table(snap))
-                return 0
-            lines = 0
-            while args.count <= 0 or lines < args.count:
-                snap = await meters.collect_once(args.window)
-                print(json.dumps(snap.to_dict(), default=str) if args.json else _line(snap), flush=True)
-                lines += 1
+        if args.once:
+            snap = await meters.collect_once(args.window)
+            print(json.dumps(snap.to_dict(), indent=2, default=str) if args.json else _table(snap))
             return 0
-        finally:
-            await meters.aclose()
+        lines = 0
+        while args.count <= 0 or lines < args.count:
+            snap = await meters.collect_once(args.window)
+            print(json.dumps(snap.to_dict(), default=str) if args.json else _line(snap), flush=True)
+            lines += 1
+        return 0
 
 
 def _fmt(value: Any, spec: str = ".1f", unit: str = "") -> str:

@@ -156,18 +156,15 @@ def _specs(args: argparse.Namespace) -> list:  # list[TaskEntry]
     return entries
 
 
-async def _endpoints(args: argparse.Namespace, stack: contextlib.AsyncExitStack, settings) -> list:  # type: ignore[no-untyped-def]
-    from workstation.engine.acquire import engine_endpoint, external_endpoint
+async def _external_endpoints(args: argparse.Namespace) -> list:  # type: ignore[type-arg]
+    from workstation.engine.acquire import external_endpoint
 
-    if args.endpoint:
-        eps = []
-        for i, url in enumerate(args.endpoint, 1):
-            ep = await external_endpoint(url, args.api_key, args.model)
-            name = "external" if len(args.endpoint) == 1 else f"external-{i}"
-            eps.append(dataclasses.replace(ep, name=name))
-        return eps
-    say = lambda msg: print(f"engine: {msg}", file=sys.stderr, flush=True)  # noqa: E731
-    return [await stack.enter_async_context(engine_endpoint(settings, model=args.model, progress=say))]
+    eps = []
+    for i, url in enumerate(args.endpoint, 1):
+        ep = await external_endpoint(url, args.api_key, args.model)
+        name = "external" if len(args.endpoint) == 1 else f"external-{i}"
+        eps.append(dataclasses.replace(ep, name=name))
+    return eps
 
 
 def _tokens_by_model(fleet, rows: list, endpoints: list) -> dict:  # type: ignore[no-untyped-def]
@@ -198,12 +195,9 @@ async def _check_images(entries: list, endpoints: list, http, settings) -> None:
 
 
 async def _main(args: argparse.Namespace) -> int:
-    from workstation.agent.sandbox import SandboxPolicy
     from workstation.config import load_settings
-    from workstation.engine.http import make_http_client
-    from workstation.fleet import Fleet, real_agent_factory
-    from workstation.fleet.bootstrap import BootstrapOptions
     from workstation.headless import LiveTable, run_summary
+    from workstation.services import Services
 
     entries = _specs(args)  # usage mistakes before anything starts
     settings = load_settings()
@@ -213,18 +207,19 @@ async def _main(args: argparse.Namespace) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, main.cancel)
     t0 = time.monotonic()
-    async with contextlib.AsyncExitStack() as stack:
-        endpoints = await _endpoints(args, stack, settings)
-        http = await stack.enter_async_context(make_http_client())
-        await _check_images(entries, endpoints, http, settings)
-        fleet = Fleet(
-            data_dir=settings.data_dir, endpoints=endpoints, agent_factory=real_agent_factory.from_settings(http, settings),
-            http=http, max_generating=args.max_generating or settings.fleet.max_generating,
-            resume_on_start=args.resume, sandbox=SandboxPolicy.from_settings(settings),
-            bootstrap=BootstrapOptions.from_settings(settings),
-        )
+    async with Services(settings) as services:  # closes the fleet, then the engine, then the client
+        if args.endpoint:
+            endpoints = await _external_endpoints(args)
+        else:
+            say = lambda msg: print(f"engine: {msg}", file=sys.stderr, flush=True)  # noqa: E731
+            endpoints = [await (await services.engine(model=args.model)).start(progress=say)]
+        await _check_images(entries, endpoints, services.http, settings)
+        if args.endpoint:
+            fleet = services.fleet(endpoints=endpoints, max_generating=args.max_generating,
+                                   resume_on_start=args.resume)
+        else:  # on the live engine, followed if it restarts
+            fleet = services.fleet(max_generating=args.max_generating, resume_on_start=args.resume)
         await fleet.start()
-        stack.push_async_callback(fleet.aclose)
         scope: list[str] = []
         try:
             if args.resume:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import signal
 import sys
 import time
@@ -265,7 +264,7 @@ async def _external(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def _shape_capture(args: argparse.Namespace) -> int:
     import tempfile
 
-    from workstation.engine.http import make_http_client
+    from workstation.services import Services
     from workstation.tuning.fleet_capture import capture_fleet_shape
 
     settings = _settings()
@@ -273,19 +272,16 @@ def _shape_capture(args: argparse.Namespace) -> int:
     name = args.name or f"fleet-{args.sessions}-{time.strftime('%Y%m%d-%H%M%S')}"
 
     async def main() -> int:
-        async with contextlib.AsyncExitStack() as stack:
-            http = await stack.enter_async_context(make_http_client())
+        async with Services(settings) as services:  # closes the fleet, then the engine, then the client
             if args.endpoint:
                 endpoint = await _external(args)
             else:
-                from workstation.engine.acquire import engine_endpoint
-
-                endpoint = await stack.enter_async_context(
-                    engine_endpoint(settings, model=args.model, progress=lambda m: _say(f"engine: {m}")))
+                engine = await services.engine(model=args.model)
+                endpoint = await engine.start(progress=lambda m: _say(f"engine: {m}"))
             workdir = Path(tempfile.mkdtemp(prefix="capture-", dir=store.root if store.root.is_dir() else None))
-            shape = await capture_fleet_shape(http, endpoint, name=name, sessions=args.sessions,
+            shape = await capture_fleet_shape(services.http, endpoint, name=name, sessions=args.sessions,
                                               duration_s=args.duration_s, workdir=workdir, say=_say,
-                                              settings=settings)
+                                              fleets=services.fleet)
         path = store.save_shape(shape)
         print(shape.summary_line())
         print(f"saved {path}")
@@ -350,11 +346,12 @@ def _bench(args: argparse.Namespace) -> int:
 
     async def main() -> int:
         from workstation.engine.environment import find_engine, require_engine
-        from workstation.engine.http import make_http_client
         from workstation.engine.models import resolve_model
+        from workstation.services import Services
         from workstation.tuning.bench import context_for, managed_engine, run_workload, tuning_settings
 
-        async with make_http_client() as http:
+        async with Services(settings) as services:
+            http = services.http
             if args.start:
                 tsettings = tuning_settings(settings)
                 engine = require_engine(tsettings)
@@ -454,8 +451,8 @@ def _tune(args: argparse.Namespace) -> int:
     async def main() -> int:
         from workstation.engine.environment import engine_help_text, require_engine
         from workstation.engine.flags import known_flags
-        from workstation.engine.http import make_http_client
         from workstation.engine.models import resolve_model
+        from workstation.services import Services
         from workstation.tuning.autotune import TABLE_HEAD, Autotuner, candidates_for
         from workstation.tuning.bench import tuning_settings
         from workstation.tuning.checks import model_traits
@@ -479,7 +476,8 @@ def _tune(args: argparse.Namespace) -> int:
         _say(f"autotune {model.served_name} on vLLM {engine.version} ({engine.platform}), baseline '{baseline.name}', "
              f"{workload.describe()}, budget {args.budget_s:.0f} s, {args.repeats} runs per measurement")
         _say(f"candidates: {', '.join(c.change for c in cands)}")
-        async with make_http_client() as http:
+        async with Services(settings) as services:
+            http = services.http
             tuner = Autotuner(tsettings, engine, model, http, baseline, workload, shape=shape, traits=traits,
                               help_flags=help_flags, candidates=cands, budget_s=args.budget_s,
                               repeats=args.repeats, store=store, slo=slo, log_dir=store.runs_dir / run_name,

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from workstation.core.approvals import ApprovalRequest
+
 
 class AgentState(str, Enum):
     """Where one agent stands. Names match the fleet's ``SessionState`` where they overlap."""
@@ -214,18 +216,9 @@ class ToolCallFinished:
 
 
 @dataclass(frozen=True, slots=True)
-class ApprovalRequested:
-    """An action waits for approve / deny / edit-then-approve; carries the exact action."""
-
-    session_id: str
-    request_id: str
-    call_id: str
-    tool: str
-    category: str
-    arguments: dict[str, Any]
-    summary: str
-    reason: str
-    """Why it needs approval (policy, or a deny-list pattern)."""
+class ApprovalRequested(ApprovalRequest):
+    """An action waits for approve / deny / edit-then-approve: the request itself (the exact
+    action, why it needs approval), announced as an event and handed to the approver."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,14 +1,10 @@
-"""One way for every verb to get an endpoint: a given URL, the configured external
-endpoint, or the managed engine started for the duration of a ``async with``."""
+"""An endpoint the app does not manage, described from its URL (the live engine's owner,
+``engine/host.py``, holds it; the service factory makes both)."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Callable
-
 import httpx
 
-from workstation.config import Settings
 from workstation.core.endpoints import Endpoint
 from workstation.core.errors import UserError
 from workstation.engine.chat_client import ChatClient
@@ -33,31 +29,3 @@ async def external_endpoint(url: str, api_key: str = "", model: str | None = Non
     if not models:
         raise UserError(f"{base} serves no models")
     return Endpoint(base_url=base, api_key=api_key, model=models[0], name="external")
-
-
-@contextlib.asynccontextmanager
-async def engine_endpoint(
-    settings: Settings,
-    *,
-    url: str | None = None,
-    api_key: str = "",
-    model: str | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> AsyncIterator[Endpoint]:
-    """Yield an endpoint; a managed engine started here is stopped on exit."""
-    url = url or settings.engine.external_url
-    if url:
-        key = api_key or settings.engine.external_api_key or ""
-        yield await external_endpoint(url, key, model or settings.engine.external_model)
-        return
-    from workstation.engine.environment import require_engine
-    from workstation.engine.launcher import EngineLauncher
-    from workstation.engine.models import resolve_model
-
-    engine = require_engine(settings)
-    spec = resolve_model(settings, model)
-    launcher = EngineLauncher(settings, engine, spec)
-    try:
-        yield await launcher.start(progress)
-    finally:
-        await launcher.stop()

@@ -5,15 +5,15 @@ API in one page (for the UI, the CLI and benchmarks)
 
 ::
 
-    from workstation.fleet import Fleet, SessionSpec, real_agent_factory
+    from workstation.fleet import SessionSpec
     from workstation.core.session_state import SessionState          # states + legal moves
     from workstation.core import fleet_events as fe                  # what the fleet emits
 
-    fleet = Fleet(data_dir=settings.data_dir,            # store.sqlite3, worktrees/, repos/
-                  endpoints=[endpoint, …],               # core.endpoints.Endpoint, names unique
-                  agent_factory=real_agent_factory(http),
-                  http=http,                             # the shared httpx.AsyncClient
-                  max_generating=32)                     # cap on sessions generating at once
+    fleet = services.fleet()                             # workstation.services.Services: the one
+                                                         # place a Fleet is built (data dir, the
+                                                         # live engine it follows, agents under the
+                                                         # sandbox policy, max_generating) — or
+                                                         # services.fleet(endpoints=[…], data_dir=…)
     fleet.changed.connect(on_fleet_event)                # psygnal: every fleet event but agent ones
     fleet.agent_event.connect(on_agent_event)            # psygnal: fe.SessionAgentEvent (hot path)
     await fleet.start()      # opens the store, brings sessions back, resumes working ones,
@@ -61,7 +61,8 @@ Running
     ``reply(sid, text)`` (answer a question, or a follow-up after done),
     ``resolve_approval(sid, request_id, ApprovalDecision…)``, ``pending_approvals()``,
     ``set_max_generating(n)``, ``await wait_settled()`` (nothing working, nothing waiting for
-    an engine). A session whose engine stops answering goes to ``ENGINE_WAIT`` and continues
+    an engine). ``fleet.streams`` is the app's one token counter (the meters read it);
+    ``tokens_per_s(sid)`` / ``tokens_per_s_total()`` read it. A session whose engine stops answering goes to ``ENGINE_WAIT`` and continues
     by itself when the engine is back (``EndpointAvailabilityChanged``);
     ``update_endpoint(endpoint)`` after a managed engine restarted on a new port/key (same
     name) moves its sessions there. With several endpoints a new session goes to the least

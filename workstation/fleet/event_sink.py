@@ -56,7 +56,7 @@ class SessionEventSink:
             rec.cached_tokens += event.cached_tokens
             store.queue_update(session_id, prompt_tokens=rec.prompt_tokens,
                                completion_tokens=rec.completion_tokens, cached_tokens=rec.cached_tokens)
-            self._stats.changed(session_id)
+            self._stats.usage(session_id, event)
         elif isinstance(event, ev.AgentStateChanged):
             new = _AGENT_TO_SESSION.get(event.new)
             if new is not None:

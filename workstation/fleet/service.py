@@ -64,6 +64,7 @@ from workstation.fleet.stats import SessionStats
 from workstation.fleet.store import Checkpoint, Store
 from workstation.fleet.workspace_ops import WorkspaceOps
 from workstation.fleet.worktrees import worktrees_root
+from workstation.telemetry.streams import StreamCounters
 
 log = logging.getLogger(__name__)
 
@@ -92,10 +93,12 @@ class Fleet:
         engine_poll_s: float = 2.0,
         sandbox: Any = None,
         bootstrap: BootstrapOptions | None = None,
+        streams: StreamCounters | None = None,
     ) -> None:
         """``sandbox``: the ``SandboxPolicy`` the fleet's own commands run under (a worktree's
         setup, a dev server); None refuses them. ``bootstrap``: per-repository bootstrap and
-        the port range (``BootstrapOptions.from_settings``)."""
+        the port range (``BootstrapOptions.from_settings``). ``streams``: the token counters to
+        count into (default: the fleet's own; the meters read ``fleet.streams``)."""
         self.data_dir = Path(data_dir)
         self.store = Store(store_path or self.data_dir / "store.sqlite3")
         self.git = GitRunner()
@@ -115,7 +118,9 @@ class Fleet:
             on_waiting=lambda sid, summary: self.book.set_state(sid, S.AWAITING_APPROVAL, summary),
             on_answered=lambda sid: self.book.set_state(sid, S.RUNNING, "approval answered"),
         )
-        self.stats = SessionStats(self.book, emit=emit)
+        self.stats = SessionStats(self.book, emit=emit, streams=streams)
+        self.streams = self.stats.streams
+        """The app's one token rate: every session's streamed tokens and usage."""
         self.sink = SessionEventSink(self.book, self.store, self.stats, emit=self.agent_event.emit)
         self.drivers = DriverRegistry()
         options = bootstrap or BootstrapOptions()
@@ -195,6 +200,9 @@ class Fleet:
 
     def tokens_per_s(self, session_id: str) -> float:
         return self.stats.tokens_per_s(session_id)
+
+    def tokens_per_s_total(self) -> float:
+        return self.stats.tokens_per_s_total()
 
     def pending_approvals(self) -> list[ApprovalRequest]:
         return self.desk.pending()

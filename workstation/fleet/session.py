@@ -1,10 +1,9 @@
 """What the fleet knows about one session: its spec (what the user asked for), its record
-(what the fleet made of it: worktree, branch, endpoint, state) and its live token stats."""
+(what the fleet made of it: worktree, branch, endpoint, state)."""
 
 from __future__ import annotations
 
 import time
-from collections import deque
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -131,38 +130,3 @@ class SessionRecord:
 
     def copy(self) -> SessionRecord:
         return replace(self, agent_meta=dict(self.agent_meta))
-
-
-class TokenRate:
-    """Generated tokens per second over a sliding window of ``time.monotonic()`` seconds.
-
-    Quiet when idle: the rate falls to 0 once no tokens came for a whole window.
-    """
-
-    __slots__ = ("_window_s", "_marks", "_sum")
-
-    def __init__(self, window_s: float = 5.0) -> None:
-        self._window_s = window_s
-        self._marks: deque[tuple[float, int]] = deque()
-        self._sum = 0
-
-    def add(self, tokens: int, now: float | None = None) -> None:
-        if tokens <= 0:
-            return
-        t = time.monotonic() if now is None else now
-        self._marks.append((t, tokens))
-        self._sum += tokens
-        self._trim(t)
-
-    def rate(self, now: float | None = None) -> float:
-        t = time.monotonic() if now is None else now
-        self._trim(t)
-        if not self._marks:
-            return 0.0
-        span = min(max(t - self._marks[0][0], 1.0), self._window_s)
-        return self._sum / span
-
-    def _trim(self, now: float) -> None:
-        cutoff = now - self._window_s
-        while self._marks and self._marks[0][0] < cutoff:
-            self._sum -= self._marks.popleft()[1]

@@ -1,6 +1,11 @@
-"""Live token stats per session: tokens per second from the streamed pieces, published as
-``SessionStatsChanged`` at most every ``interval_s`` per session, and quiet when idle (a
-session that stopped streaming is reported once at 0 tok/s, then not again)."""
+"""Live token stats per session, counted once for the whole app.
+
+The counting is :class:`~workstation.telemetry.streams.StreamCounters` (one per fleet,
+``Fleet.streams``): streamed pieces for the live tok/s, ``usage`` for the true counts. The
+meters read the same counters, so the pane headers, the status bar, the meter strip and
+the recording's caption agree. Published here as ``SessionStatsChanged`` at most every
+``interval_s`` per session, and quiet when idle (a session that stopped streaming is
+reported once at 0 tok/s, then not again)."""
 
 from __future__ import annotations
 
@@ -10,37 +15,39 @@ from collections.abc import Callable
 
 from workstation.core.fleet_events import SessionStatsChanged, SessionSummary
 from workstation.fleet.book import SessionBook
-from workstation.fleet.session import SessionRecord, TokenRate
+from workstation.fleet.session import SessionRecord
+from workstation.telemetry.streams import StreamCounters, UsageLike
 
 STATS_INTERVAL_S = 0.5
 
 
 class SessionStats:
     def __init__(self, book: SessionBook, *, emit: Callable[[object], None],
-                 interval_s: float = STATS_INTERVAL_S) -> None:
+                 interval_s: float = STATS_INTERVAL_S, streams: StreamCounters | None = None) -> None:
         self._book = book
         self._emit = emit
         self._interval_s = interval_s
-        self._rates: dict[str, TokenRate] = {}
+        self.streams = streams or StreamCounters()
         self._dirty: set[str] = set()
         self._ticker: asyncio.Task[None] | None = None
 
     # ----- counting (the hot path) -----
     def streamed(self, session_id: str, tokens: int = 1) -> None:
-        rate = self._rates.get(session_id)
-        if rate is None:
-            rate = self._rates[session_id] = TokenRate()
-        rate.add(tokens)
+        self.streams.on_chunk(session_id, tokens)
         self._dirty.add(session_id)
 
-    def changed(self, session_id: str) -> None:
-        """The session's token totals changed (publish at the next tick)."""
+    def usage(self, session_id: str, usage: UsageLike) -> None:
+        """A model turn ended with ``usage`` (its totals publish at the next tick)."""
+        self.streams.on_usage(session_id, usage)
         self._dirty.add(session_id)
 
     # ----- reading -----
     def tokens_per_s(self, session_id: str) -> float:
-        rate = self._rates.get(session_id)
-        return rate.rate() if rate is not None else 0.0
+        return self.streams.rate(session_id)
+
+    def tokens_per_s_total(self) -> float:
+        """Every session together (what the status bar and the recording's caption show)."""
+        return self.streams.tokens_per_s()
 
     def summary(self, rec: SessionRecord) -> SessionSummary:
         return rec.summary(self.tokens_per_s(rec.session_id))
@@ -61,12 +68,11 @@ class SessionStats:
         quiet_reported: set[str] = set()
         while True:
             await asyncio.sleep(self._interval_s)
-            for sid, rate in list(self._rates.items()):
+            for sid in self.streams.session_ids():
                 rec = self._book.get(sid)
                 if rec is None:
-                    self._rates.pop(sid, None)
                     continue
-                tps = rate.rate()
+                tps = self.streams.rate(sid)
                 if sid not in self._dirty and tps == 0 and sid in quiet_reported:
                     continue
                 if tps == 0:

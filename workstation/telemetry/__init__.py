@@ -3,11 +3,12 @@
 What the UI draws, and where it comes from
 ==========================================
 
-Build one :class:`workstation.telemetry.meters.Meters` in the composition root::
+The service factory builds the :class:`workstation.telemetry.meters.Meters`::
 
-    meters = Meters.from_settings(settings, http, endpoints=[endpoint])
-    meters.set_engine_pid(launcher_pid)        # marks the engine's GPU processes
-    await meters.start()                       # ... await meters.aclose() at shut-down
+    meters = services.meters(streams=fleet.streams)   # scrapes the live engine and follows it
+                                                      # (restart, switch), marks its pid on the
+                                                      # GPU cards, reads the fleet's token counters
+    await meters.start()                              # ... services.aclose() closes it
 
 Everything is pushed through psygnal signals on the asyncio thread (the UI bridge
 re-emits them as Qt signals); nothing needs polling. Samples are frozen dataclasses;
@@ -40,9 +41,8 @@ Signals on ``Meters`` (payload type):
     p99 mean count``, over the window) and the raw counter totals.
 ``sessions_sampled(tuple[SessionTokens, ...])`` — ``telemetry/streams.py``, 1 Hz:
     per session ``requests prompt_tokens cached_prompt_tokens completion_tokens``
-    (from ``usage``) and ``tokens_per_s`` (live, from chunks). Feed it from the
-    streams: ``meters.streams.on_chunk(session_id)`` per delta with text and
-    ``meters.streams.on_usage(session_id, usage)`` when a stream ends.
+    (from ``usage``) and ``tokens_per_s`` (live, from chunks). The fleet feeds these
+    counters (``Fleet.streams``, passed as ``Meters(streams=…)``): the app counts tokens once.
 ``cost_updated(CostEstimate)`` — ``core/cost.py``, 1 Hz: ``self_host_usd_per_m_tokens
     api_usd_per_m_tokens savings_pct saved_usd`` (cumulative since start)
     ``joules_per_token tokens energy_j elapsed_s``, ``api`` (the ``ApiPrice`` with

@@ -111,7 +111,10 @@ class Meters:
         gpu_reader: NvmlReader | None = None,
         host_reader: HostReader | None = None,
         app_metrics_port: int | None = None,
+        streams: StreamCounters | None = None,
     ) -> None:
+        """``streams``: the token counters the sessions count into (the fleet's
+        ``Fleet.streams``: one token rate for the whole app); default: counters of its own."""
         self._http = http
         self._engine_pid: int | None = None
         self.prices = prices or PriceTable()
@@ -123,7 +126,7 @@ class Meters:
         self.latency_window_s = latency_window_s
         self.gpu = GpuSampler(interval_s=gpu_interval_s, engine_pid=self.engine_pid, reader=gpu_reader)
         self.host = HostSampler(interval_s=host_interval_s, engine_pid=self.engine_pid, reader=host_reader)
-        self.streams = StreamCounters()
+        self.streams = streams if streams is not None else StreamCounters()
         api = self.prices.find(api_model) if api_model else None
         if api_model and api is None:
             log.warning("cost meter: no price for %r in the price table", api_model)
@@ -132,6 +135,8 @@ class Meters:
         self.scrapers: dict[str, MetricsScraper] = {}
         for ep in endpoints:
             self._add_scraper(ep)
+        self._live: str | None = next(iter(self.scrapers), None)
+        """The scraper that follows the live engine (:meth:`follow`)."""
         self.gpu.sampled.connect(self._on_gpu_sampled)
         self.host.sampled.connect(self._on_host_sampled)
         self._app_metrics = AppMetricsServer(self.snapshot, port=app_metrics_port) if app_metrics_port is not None else None
@@ -164,6 +169,23 @@ class Meters:
         scraper.sampled.connect(self._on_engine_sampled)
         self.scrapers[endpoint.name] = scraper
         return scraper
+
+    def follow(self, endpoint: Endpoint | None) -> None:
+        """The live engine moved (a restart on a new port and key, or a switch): its scraper
+        reads ``endpoint`` from the next scrape on. None (the engine is not serving) changes
+        nothing: the scraper reports it down until it serves again."""
+        if endpoint is None:
+            return
+        name = self._live if self._live in self.scrapers else endpoint.name
+        scraper = self.scrapers.pop(name, None) if name is not None else None
+        if scraper is None:
+            scraper = self._add_scraper(endpoint)
+            if self._started:
+                scraper.start_soon()
+        else:
+            scraper.retarget(endpoint)
+            self.scrapers[endpoint.name] = scraper
+        self._live = endpoint.name
 
     async def add_endpoint(self, endpoint: Endpoint) -> None:
         """Scrape another endpoint (replacing one of the same name)."""

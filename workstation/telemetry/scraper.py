@@ -88,11 +88,23 @@ class MetricsScraper:
         self.sampled.emit(sample)
         return sample
 
+    def retarget(self, endpoint: Endpoint) -> None:
+        """Scrape ``endpoint`` from the next scrape on (the engine restarted on a new port and
+        key, or a switch left another engine serving): its counters start afresh."""
+        self.endpoint = endpoint
+        self.deriver = MetricsDeriver(endpoint.name, window_s=self.deriver.window_s)
+        self._was_up = None
+        self.latest = None
+
     @property
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
     async def start(self) -> None:
+        self.start_soon()
+
+    def start_soon(self) -> None:
+        """Start the periodic scrape (a named task the scraper owns; :meth:`aclose` ends it)."""
         if not self.running:
             self._task = asyncio.create_task(self._run(), name=f"telemetry.metrics.{self.endpoint.name}")
 

@@ -1,4 +1,8 @@
-"""Per-session token counters fed by the chat streams.
+"""Per-session token counters fed by the chat streams: the app's one token rate.
+
+The fleet feeds it (``Fleet.streams``) from its agents' events; the pane headers, the
+status bar, the meter strip, the meters' ``sessions.tokens_per_s`` series and the
+recording's caption all read it, so they agree.
 
 Two sources, kept apart:
 
@@ -141,6 +145,14 @@ class StreamCounters:
 
     def forget(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
+
+    def session_ids(self) -> list[str]:
+        return list(self._sessions)
+
+    def rate(self, session_id: str) -> float:
+        """Live streamed tokens per second of one session (0 when it never streamed)."""
+        c = self._sessions.get(session_id)
+        return self._rate(c, self._clock()) if c is not None else 0.0
 
     def _rate(self, c: _Counter, now: float) -> float:
         since = now - self.window_s

@@ -17,6 +17,7 @@ Modules
 ``autotune``       one change at a time, ≥ 3 runs each, kept above twice the noise, time budget
 ``placement``      where a second engine runs: a spare GPU, or apart on the CPU's cores
 ``switch``         :class:`switch.SafeSwitch`: start, probe, point clients, drain, stop, roll back
+``live_switch``    :class:`live_switch.LiveSwitch`: the safe switch of the live engine's owner
 
 The Tuning panel: the data it shows and where it comes from
 ===========================================================
@@ -95,6 +96,8 @@ The panel never polls: it redraws from the signals listed.
      stepper (starting new → probing → retargeting → draining → stopping old → done, or
      rolling back → rolled back);
    - end: ``SwitchReport.lines()``; headline ``largest_gap_s`` ("sessions paused at most …")
-     next to ``baseline_gap_s``; the composition root replaces its launcher with the engine
-     ``run()`` returns.
+     next to ``baseline_gap_s``. The panel runs it through ``services.live_switch()``
+     (:class:`live_switch.LiveSwitch`), which makes the new engine with the live engine's
+     owner, moves sessions and meters with its ``endpoint_changed`` and has it adopt the
+     engine that serves afterwards.
 """

@@ -1,8 +1,8 @@
 """One benchmark, end to end: (optionally) a managed engine with a profile, the workload, the
 numbers stamped with profile, engine version, model and hardware, stored for comparison.
 
-Engines started here go through :class:`~workstation.engine.launcher.EngineLauncher` and are
-always stopped in a ``finally``; their KV cache is sized explicitly (default 1 GiB on the CPU)
+Engines started here are made by :class:`~workstation.engine.host.Launchers` (the app's one
+recipe for a managed engine) and are always stopped in a ``finally``; their KV cache is sized explicitly (default 1 GiB on the CPU)
 so two of them fit next to each other during a switch.
 """
 
@@ -21,6 +21,7 @@ from workstation.core.endpoints import Endpoint
 from workstation.core.profiles import Profile
 from workstation.core.traffic import TrafficShape
 from workstation.engine.environment import EngineInstall
+from workstation.engine.host import Launchers
 from workstation.engine.launcher import EngineLauncher
 from workstation.engine.models import ModelSpec
 from workstation.tuning.bench_serve import run_bench_serve
@@ -50,8 +51,7 @@ async def managed_engine(
     """Start an engine with ``profile`` (already flattened), yield it, always stop it.
 
     ``sessions``: the concurrency a sized profile plans for (a benchmark's streams)."""
-    launcher = EngineLauncher(settings, engine, model, log_dir=log_dir, profile=profile, env=dict(env or {}),
-                              sessions=sessions)
+    launcher = Launchers(settings, engine, model)(profile, env, log_dir=log_dir, sessions=sessions)
     try:
         await launcher.start(say)
         yield launcher

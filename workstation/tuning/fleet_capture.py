@@ -1,7 +1,7 @@
 """Capture a traffic shape from a real fleet run: agent sessions on the demo's sample
 repositories, headless, against an endpoint, for a bounded time.
 
-The fleet runs in its own folder (store and worktrees under ``workdir``), so a capture never
+The fleet (made by the app's service factory, passed in as ``fleets``) runs in its own folder (store and worktrees under ``workdir``), so a capture never
 touches the user's sessions; the recorder listens to ``Fleet.agent_event``. A session that
 stops before the time is up (done, gave up, asks a question — a weak model does so within
 seconds) gets a follow-up, as a user at the keyboard would give, so the capture sees long,
@@ -23,16 +23,20 @@ from pathlib import Path
 
 import httpx
 
-from workstation.config import Settings, load_settings
 from workstation.core.endpoints import Endpoint
 from workstation.core.errors import UserError
 from workstation.core.session_state import SessionState
 from workstation.core.traffic import TrafficShape
-from workstation.fleet import Fleet, SessionSpec, real_agent_factory
+from workstation.fleet import Fleet, SessionSpec
 from workstation.fleet.demo_manifest import load_manifest, plan_sessions, prepare_repositories
 from workstation.tuning.capture import TrafficRecorder
 
 log = logging.getLogger(__name__)
+
+FleetMaker = Callable[..., Fleet]
+"""``make(endpoints=…, data_dir=…, max_generating=…, resume_on_start=…)``: a fleet from the
+app's one service factory (``Services.fleet``), so its agents run under the settings'
+sandbox policy like every other fleet's."""
 
 FOLLOW_UP = "Check your work: run the tests again, fix anything that still fails, and finish the task."
 FIRST_TASK_ALLOWANCE_TOKENS = 96
@@ -62,19 +66,17 @@ async def capture_fleet_shape(
     max_generating: int | None = None,
     keep_busy: bool = True,
     say: Callable[[str], None] | None = None,
-    settings: Settings | None = None,
+    fleets: FleetMaker,
 ) -> TrafficShape:
-    """Agents' commands run under ``settings.sandbox`` (default: the loaded settings), as in
-    the window and ``run``."""
+    """``fleets`` makes the capture's fleet (``Services.fleet``)."""
     say = say or (lambda _m: None)
-    settings = settings or load_settings()
     manifest = load_manifest()
     planned = plan_sessions(manifest, sessions)
     repos = await asyncio.to_thread(prepare_repositories, manifest, workdir / "repos",
                                     only={p.repository.name for p in planned})
     recorder = TrafficRecorder(name, http=http, endpoint=endpoint)
-    fleet = Fleet(data_dir=workdir / "fleet", endpoints=[endpoint], agent_factory=real_agent_factory.from_settings(http, settings),
-                  http=http, max_generating=max_generating or sessions, resume_on_start=False)
+    fleet = fleets(endpoints=[endpoint], data_dir=workdir / "fleet", max_generating=max_generating or sessions,
+                   resume_on_start=False)
     await fleet.start()
     try:
         ids: list[str] = []

@@ -2,14 +2,18 @@
 redraws from events only (commands return; views redraw when events arrive).
 
 :mod:`workstation.ui.fleet_backend` implements :class:`SessionCommands` over the fleet;
-:mod:`workstation.ui.chat_backend` over a plain streamed chat (the first version, and
-the benchmark's token source).
+:mod:`workstation.ui.engine_adapter` implements :class:`EngineControl` over the live
+engine's owner.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from workstation.ui.panes.session_pane import PaneInfo
+    from workstation.ui.panes.transcript_doc import TranscriptDoc
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,3 +108,18 @@ class EngineControl(Protocol):
     async def start(self, profile: str | None = None) -> None: ...
     async def stop(self) -> None: ...
     async def restart(self, profile: str | None = None) -> None: ...
+
+
+class SessionView(Protocol):
+    """What the fleet's bridge asks of the window (:class:`workstation.ui.main_window.MainWindow`):
+    it hands over what a session's pane shows and writes into the session's document, and never
+    reaches into a pane."""
+
+    def add_session(self, info: PaneInfo) -> TranscriptDoc: ...
+    def update_session(self, info: PaneInfo, reason: str = "") -> None: ...
+    def session_info(self, session_id: str) -> PaneInfo | None: ...
+    def update_stats(self, session_id: str, tokens: int, tokens_per_s: float) -> None: ...
+    def set_session_mode(self, session_id: str, mode: str) -> None: ...
+    def remove_session(self, session_id: str) -> None: ...
+    def show_approval(self, session_id: str, title: str, summary: str, arguments: str) -> None: ...
+    def clear_approval(self, session_id: str) -> None: ...

@@ -5,8 +5,11 @@ thread: they are handled at once. An event from any other thread is queued and h
 on the GUI thread at the next drain (a zero-timer, once per batch) — never one
 cross-thread signal per token.
 
-The hot path is :class:`TextStreamed`: one list append into the pane's document; the
+The hot path is :class:`TextStreamed`: one list append into the session's document; the
 window's flush tick paints. Everything else becomes a transcript line or a Qt signal.
+The bridge talks to the window only through :class:`workstation.ui.backend.SessionView`
+(it never reaches into a pane), and the window reads what the bridge keeps (command output,
+checkpoints) through its methods.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import collections
 import json
 import logging
 import threading
+from dataclasses import replace
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -22,7 +26,10 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from workstation.agent.tool_specs import COMPLETION_TOOL, SPECS_BY_NAME, TOOL_SPECS
 from workstation.agent.transcript import render_line
 from workstation.core import agent_events as ev
+from workstation.core.approvals import ApprovalRequest
 from workstation.core import fleet_events as fe
+from workstation.fleet.service import Fleet
+from workstation.ui.backend import SessionView
 from workstation.ui.panes.session_pane import PaneInfo
 from workstation.ui.panes.transcript_doc import LineStyle, TranscriptDoc
 
@@ -93,14 +100,14 @@ class FleetBridge(QObject):
     output_appended = Signal(str, str)
     """(session id, command output text), for the focus view when it shows that session."""
 
-    def __init__(self, fleet: Any, window: Any) -> None:
-        super().__init__(window)
+    def __init__(self, fleet: Fleet, window: SessionView, parent: QObject | None = None) -> None:
+        super().__init__(parent if parent is not None else window if isinstance(window, QObject) else None)
         self.fleet = fleet
         self.window = window
-        self.pending: dict[str, ev.ApprovalRequested] = {}
-        """The approval each session waits for (its request id resolves it)."""
         self.checkpoints: dict[str, list[ev.CheckpointCreated]] = {}
         self.outputs: dict[str, collections.deque[str]] = {}
+        self._docs: dict[str, TranscriptDoc] = {}
+        """Each session's document (what the window gave back when it made the pane)."""
         self._last_seq: dict[str, int] = {}
         self._tool_lines: dict[tuple[str, str], Any] = {}
         self._loading: dict[str, list[fe.SessionAgentEvent]] = {}
@@ -120,6 +127,14 @@ class FleetBridge(QObject):
     def close(self) -> None:
         self.fleet.changed.disconnect(self._on_fleet_changed)
         self.fleet.agent_event.disconnect(self._on_agent_event)
+
+    # ----- what the window reads -----
+    def output_of(self, session_id: str) -> str:
+        """The command output a session's tools printed (the last chunks)."""
+        return "".join(self.outputs.get(session_id, ()))
+
+    def checkpoints_of(self, session_id: str) -> list[ev.CheckpointCreated]:
+        return list(self.checkpoints.get(session_id, ()))
 
     # ----- thread guard -----
     def _on_fleet_changed(self, event: object) -> None:
@@ -159,10 +174,7 @@ class FleetBridge(QObject):
         for item in held:
             self._apply(item.session_id, item.seq, item.event, live=True)
         for request in self.fleet.pending_approvals():
-            self._show_approval_request(ev.ApprovalRequested(
-                request.session_id, request.request_id, request.call_id, request.tool,
-                getattr(request.category, "value", str(request.category)), request.arguments,
-                request.summary, request.reason))
+            self._show_approval_request(request)
 
     async def load_history(self, session_id: str) -> None:
         self._loading[session_id] = []
@@ -184,25 +196,18 @@ class FleetBridge(QObject):
             self._add(event.summary)
             self.session_created.emit(event.summary)
         elif isinstance(event, fe.SessionStateChanged):
-            pane = window.panes.get(event.session_id)
-            if pane is not None:
-                info = pane.info
-                info = PaneInfo(**{**_asdict(info), "state": event.new, "detail": event.reason})
+            info = window.session_info(event.session_id)
+            if info is not None:
+                info = replace(info, state=event.new, detail=event.reason)
                 if not event.new.wants_user:
-                    self.pending.pop(event.session_id, None)
                     window.clear_approval(event.session_id)
                 window.update_session(info, event.reason)
             self.session_state_changed.emit(event.session_id, event.old, event.new, event.reason)
         elif isinstance(event, fe.SessionStatsChanged):
-            pane = window.panes.get(event.session_id)
-            if pane is not None:
-                info = pane.info
-                info.tokens = event.prompt_tokens + event.completion_tokens
-                info.tokens_per_s = event.tokens_per_s
-                pane.header.update()
+            window.update_stats(event.session_id, event.prompt_tokens + event.completion_tokens, event.tokens_per_s)
         elif isinstance(event, fe.SessionRemoved):
-            self.pending.pop(event.session_id, None)
             self._last_seq.pop(event.session_id, None)
+            self._docs.pop(event.session_id, None)
             window.remove_session(event.session_id)
             self.session_removed.emit(event.session_id)
         elif isinstance(event, fe.GenerationSlotsChanged):
@@ -214,8 +219,8 @@ class FleetBridge(QObject):
             word = "is back" if event.available else "stopped answering"
             self.message.emit(f"engine {event.endpoint_name} {word}" + (f": {event.message}" if event.message else ""))
         elif isinstance(event, fe.SessionIntegrated):
-            pane = window.panes.get(event.session_id)
-            name = pane.info.name if pane is not None else event.session_id
+            info = window.session_info(event.session_id)
+            name = info.name if info is not None else event.session_id
             verdict = "done" if event.ok else "refused"
             extra = f" (conflicts: {', '.join(event.conflicts)})" if event.conflicts else ""
             self.message.emit(f"{event.action} of {name} {verdict}: {event.message}{extra}")
@@ -227,28 +232,24 @@ class FleetBridge(QObject):
                 self.message.emit(f"{len(event.orphans)} worktree(s) no session owns; see Sessions → Clean up")
 
     def _worktree_tool_changed(self, event: fe.SessionReadyChanged | fe.DevServerChanged) -> None:
-        pane = self.window.panes.get(event.session_id)
-        name = pane.info.name if pane is not None else event.session_id
+        info = self.window.session_info(event.session_id)
+        name = info.name if info is not None else event.session_id
         if isinstance(event, fe.SessionReadyChanged):
-            if pane is not None:
-                pane.info.ready = event.ready
+            self._update_info(event.session_id, ready=event.ready)
             word = "ready to merge" if event.ready else "no longer marked ready"
             self.message.emit(f"{name} {word}" + (f" ({event.message})" if event.message else ""))
         else:
-            if pane is not None:
-                pane.info.server_url = event.url if event.running else ""
+            self._update_info(event.session_id, server_url=event.url if event.running else "")
             self.message.emit(f"{name}: dev server at {event.message}" if event.running
                               else f"{name}: {event.message}")
-        if pane is not None:
-            pane.header.update()
 
     def _add(self, summary: fe.SessionSummary) -> None:
-        if summary.session_id in self.window.panes:
+        if summary.session_id in self._docs:
             self.window.update_session(info_from_summary(summary))
             return
-        pane = self.window.add_session(info_from_summary(summary))
-        if summary.task and not pane.doc.lines:
-            pane.doc.add_block(summary.task, LineStyle.USER)
+        doc = self._docs[summary.session_id] = self.window.add_session(info_from_summary(summary))
+        if summary.task and not doc.lines:
+            doc.add_block(summary.task, LineStyle.USER)
 
     # ----- agent events -----
     def handle_agent_event(self, item: fe.SessionAgentEvent) -> None:
@@ -260,9 +261,9 @@ class FleetBridge(QObject):
             if item.session_id in self._loading:
                 self._loading[item.session_id].append(item)
                 return
-            pane = self.window.panes.get(item.session_id)
-            if pane is not None:
-                pane.doc.stream(event.text)
+            doc = self._docs.get(item.session_id)
+            if doc is not None:
+                doc.stream(event.text)
             self._last_seq[item.session_id] = item.seq
             return
         if item.session_id in self._loading:
@@ -275,10 +276,9 @@ class FleetBridge(QObject):
             return
         if seq:
             self._last_seq[session_id] = seq
-        pane = self.window.panes.get(session_id)
-        if pane is None:
+        doc = self._docs.get(session_id)
+        if doc is None:
             return
-        doc: TranscriptDoc = pane.doc
         if isinstance(event, ev.TextStreamed):
             doc.stream(event.text)
         elif isinstance(event, ev.ReasoningStreamed):
@@ -311,7 +311,6 @@ class FleetBridge(QObject):
             if live:
                 self._show_approval_request(event)
         elif isinstance(event, ev.ApprovalResolved):
-            self.pending.pop(session_id, None)
             self.window.clear_approval(session_id)
             if not event.approved:
                 doc.add_line("denied" + (f": {event.feedback}" if event.feedback else ""), LineStyle.NOTICE)
@@ -343,15 +342,13 @@ class FleetBridge(QObject):
             else:
                 doc.end_stream()
         elif isinstance(event, ev.ModeChanged):
-            pane.info.mode = event.mode.value.capitalize()
-            pane.header.update()
+            self.window.set_session_mode(session_id, event.mode.value.capitalize())
         elif isinstance(event, ev.RulesLoaded):
             if event.files or event.left_out or event.skipped:
-                pane.info.rules = tuple(event.files)
+                self._update_info(session_id, rules=tuple(event.files))
                 line = render_line(event)
                 doc.add_line(line.removeprefix("· ") if line else "rules", LineStyle.NOTICE,
                              detail="\n".join(event.files))
-                pane.header.update()
         elif isinstance(event, ev.McpServerReady):
             line = render_line(event) or event.server
             doc.add_line(line.removeprefix("· ").removeprefix("! "),
@@ -360,13 +357,18 @@ class FleetBridge(QObject):
             doc.add_images(event.paths, event.names)
         elif isinstance(event, ev.ProtocolSelected):
             label = protocol_label(event.protocol)
-            if label != pane.info.protocol:
-                pane.info.protocol = label
+            info = self.window.session_info(session_id)
+            if info is not None and label != info.protocol:
+                self._update_info(session_id, protocol=label)
                 doc.add_line(f"{label} protocol: {event.reason}", LineStyle.NOTICE)
-                pane.header.update()
 
-    def _show_approval_request(self, event: ev.ApprovalRequested) -> None:
-        self.pending[event.session_id] = event
+    def _update_info(self, session_id: str, **fields: Any) -> None:
+        """Change what a session's header shows (through the window, never the pane)."""
+        info = self.window.session_info(session_id)
+        if info is not None:
+            self.window.update_session(replace(info, **fields))
+
+    def _show_approval_request(self, event: ApprovalRequest) -> None:
         arguments = json.dumps(event.arguments, indent=2, ensure_ascii=False)
         summary = event.summary or event.tool
         if event.reason:
@@ -379,7 +381,3 @@ class _Wake(QObject):
     """A signal emitted from a foreign thread: Qt queues it to the GUI thread."""
 
     wake = Signal()
-
-
-def _asdict(info: PaneInfo) -> dict[str, Any]:
-    return {name: getattr(info, name) for name in info.__dataclass_fields__}

@@ -1,14 +1,16 @@
-"""The window's commands over the fleet (:class:`workstation.fleet.service.Fleet`)."""
+"""The window's commands over the fleet (:class:`workstation.fleet.service.Fleet`): every
+command goes through the fleet — never through widget state (the pending approval a pane
+shows is looked up in the fleet's own approval desk)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from workstation.core.approvals import ApprovalDecision
 from workstation.core.errors import UserError
 from workstation.core.session_state import SessionState
+from workstation.fleet.service import Fleet
 from workstation.fleet.session import SessionSpec
 from workstation.ui.backend import MergePlan, NewSessionRequest, SessionTools
 
@@ -43,12 +45,11 @@ def spec_from_request(request: NewSessionRequest) -> SessionSpec:
 class FleetCommands:
     """Implements :class:`workstation.ui.backend.SessionCommands`."""
 
-    def __init__(self, fleet: Any, bridge: Any, *, adapters: tuple[str, ...] = (), takes_images: bool | None = None,
+    def __init__(self, fleet: Fleet, *, adapters: tuple[str, ...] = (), takes_images: bool | None = None,
                  model: str = "") -> None:
         """``adapters``: the LoRA adapters the engine serves; ``takes_images``: whether its model
         does (from its config); ``model``: its name, for the reason when it does not."""
         self.fleet = fleet
-        self.bridge = bridge
         self.recent: list[str] = []
         self.adapters = tuple(adapters)
         self.takes_images = takes_images
@@ -89,10 +90,10 @@ class FleetCommands:
             await self.fleet.start_session(session_id)
 
     def _request_id(self, session_id: str) -> str:
-        request = self.bridge.pending.get(session_id)
-        if request is None:
-            raise UserError("that session has no pending approval")
-        return request.request_id
+        for request in self.fleet.pending_approvals():
+            if request.session_id == session_id:
+                return request.request_id
+        raise UserError("that session has no pending approval")
 
     async def approve(self, session_id: str, edited_arguments: str | None = None) -> None:
         request_id = self._request_id(session_id)

@@ -20,3 +20,12 @@ def safe_icon(name: str, color: QColor | str | None = None) -> QIcon:
     except KeyError:
         log.debug("no icon named %s", name)
         return QIcon()
+
+
+def safe_app_icon() -> QIcon:
+    """The app's icon; an empty one where the icon set cannot load."""
+    try:
+        from workstation.ui.icons import app_icon
+    except ImportError:
+        return QIcon()
+    return app_icon()

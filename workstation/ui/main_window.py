@@ -9,8 +9,9 @@ the panes that are visible and changed.
 from __future__ import annotations
 
 import logging
-import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
@@ -31,14 +32,18 @@ from workstation.core.session_state import SessionState
 from workstation.ui.attention import Attention
 from workstation.ui.backend import EngineControl, EngineView, SessionCommands
 from workstation.ui.engine_dock import STATE_WORDS, EngineDock
-from workstation.ui.icons_fallback import safe_icon
+from workstation.ui.icons_fallback import safe_app_icon, safe_icon
 from workstation.ui.panes.focus_view import FocusView
 from workstation.ui.panes.session_pane import PaneInfo, SessionPane
 from workstation.ui.panes.tile_grid import TileGrid
 from workstation.ui.panes.transcript_doc import TranscriptDoc
 from workstation.ui.sandbox_banner import SandboxBanner
 from workstation.ui.session_actions import SessionActions
+from workstation.ui.status_line import session_summary_line
 from workstation.ui.tasks import TaskOwner
+
+if TYPE_CHECKING:
+    from workstation.ui.bridge import FleetBridge
 
 log = logging.getLogger(__name__)
 
@@ -65,14 +70,14 @@ class MainWindow(QMainWindow):
         self.engine = engine
         self.tasks = TaskOwner("window", on_error=self.show_error)
         self.panes: dict[str, SessionPane] = {}
-        self.bridge = None
+        self.bridge: FleetBridge | None = None
         self._slots_text = ""
         self.new_session_dialog = None
         self.settings_dialog = None
         self._closing = False
         self._allow_close = False
         self.setWindowTitle("workstation")
-        self.setWindowIcon(safe_icon_app())
+        self.setWindowIcon(safe_app_icon())
         self.setObjectName("main-window")
         self._qsettings = QSettings(str(settings.data_dir / "window.ini"), QSettings.Format.IniFormat)
 
@@ -217,8 +222,8 @@ class MainWindow(QMainWindow):
     def _wire(self) -> None:
         self.new_action.triggered.connect(lambda: self.open_new_session(""))
         self.grid.repository_dropped.connect(self.open_new_session)
-        self.start_all_action.triggered.connect(lambda: self._command("start-all", "start_all"))
-        self.pause_all_action.triggered.connect(lambda: self._command("pause-all", "pause_all"))
+        self.start_all_action.triggered.connect(lambda: self._command("start-all", lambda c: c.start_all()))
+        self.pause_all_action.triggered.connect(lambda: self._command("pause-all", lambda c: c.pause_all()))
         self.approve_all_action.triggered.connect(self.approve_all)
         self.settings_action.triggered.connect(self.open_settings)
         self.engine_button.clicked.connect(self.toggle_engine_dock)
@@ -236,16 +241,17 @@ class MainWindow(QMainWindow):
         self.focus.approval.edited.connect(lambda args: self._approve_pane(self.focus.pane, args))
         self.focus.diff.refresh_requested.connect(self.refresh_diff)
         self.focus.diff.integrate_requested.connect(self._on_integrate)
-        self.engine_dock.start_requested.connect(lambda p: self._engine("start", p))
-        self.engine_dock.stop_requested.connect(lambda: self._engine("stop", None))
-        self.engine_dock.restart_requested.connect(lambda p: self._engine("restart", p))
+        self.engine_dock.start_requested.connect(lambda p: self._engine("start", lambda e: e.start(p or None)))
+        self.engine_dock.stop_requested.connect(lambda: self._engine("stop", lambda e: e.stop()))
+        self.engine_dock.restart_requested.connect(lambda p: self._engine("restart", lambda e: e.restart(p or None)))
 
     # ----- sessions (called by the bridge / backends) -----
-    def add_session(self, info: PaneInfo) -> SessionPane:
+    def add_session(self, info: PaneInfo) -> TranscriptDoc:
+        """A pane for the session; returns its document (what the bridge writes into)."""
         existing = self.panes.get(info.session_id)
         if existing is not None:
             self.update_session(info)
-            return existing
+            return existing.doc
         doc = TranscriptDoc(max_lines=self.settings.ui.pane_max_blocks)
         pane = SessionPane(info, doc)
         self.panes[info.session_id] = pane
@@ -257,7 +263,7 @@ class MainWindow(QMainWindow):
         self.grid.add_pane(pane)
         self.attention.state_changed(info.session_id, info.name, None, info.state)
         self._update_counts()
-        return pane
+        return doc
 
     def update_session(self, info: PaneInfo, reason: str = "") -> None:
         pane = self.panes.get(info.session_id)
@@ -270,6 +276,22 @@ class MainWindow(QMainWindow):
             self._update_counts()
             if self.focus.pane is pane:
                 self.focus.sync_approval()
+
+    def session_info(self, session_id: str) -> PaneInfo | None:
+        pane = self.panes.get(session_id)
+        return pane.info if pane is not None else None
+
+    def update_stats(self, session_id: str, tokens: int, tokens_per_s: float) -> None:
+        """The fleet's token counts of a session (its header repaints; the status bar sums the
+        rates at its next tick)."""
+        pane = self.panes.get(session_id)
+        if pane is not None:
+            pane.set_stats(tokens, tokens_per_s)
+
+    def set_session_mode(self, session_id: str, mode: str) -> None:
+        pane = self.panes.get(session_id)
+        if pane is not None:
+            pane.set_info(replace(pane.info, mode=mode))
 
     def remove_session(self, session_id: str) -> None:
         pane = self.panes.pop(session_id, None)
@@ -300,7 +322,7 @@ class MainWindow(QMainWindow):
             if self.focus.pane is pane:
                 self.focus.sync_approval()
 
-    def attach_bridge(self, bridge) -> None:
+    def attach_bridge(self, bridge: FleetBridge) -> None:
         """Follow a fleet through its bridge (status lines, slots, output, checkpoints)."""
         self.bridge = bridge
         bridge.message.connect(self.show_status)
@@ -322,8 +344,7 @@ class MainWindow(QMainWindow):
             self._fill_checkpoints(session_id)
 
     def _fill_checkpoints(self, session_id: str) -> None:
-        bridge = self.bridge
-        items = bridge.checkpoints.get(session_id, []) if bridge is not None else []
+        items = self.bridge.checkpoints_of(session_id) if self.bridge is not None else []
         self.focus.set_checkpoints([(f"{c.label}  ·  {c.commit[:8]}", c.commit) for c in items])
 
     # ----- the tick -----
@@ -339,9 +360,6 @@ class MainWindow(QMainWindow):
         self.engine_dock.flush()
 
     def _on_stats_tick(self) -> None:
-        now = time.monotonic()
-        for pane in self.grid.panes:
-            pane.sample_rate(now)
         self._update_counts()
 
     # ----- views -----
@@ -354,7 +372,7 @@ class MainWindow(QMainWindow):
         session_id = pane.info.session_id
         self.focus.output.clear()
         if self.bridge is not None:
-            self.focus.append_output("".join(self.bridge.outputs.get(session_id, ())))
+            self.focus.append_output(self.bridge.output_of(session_id))
             self._fill_checkpoints(session_id)
         self.stack.setCurrentWidget(self.focus)
         self.refresh_diff()
@@ -449,20 +467,16 @@ class MainWindow(QMainWindow):
     def engine_log_line(self, line: str) -> None:
         self.engine_dock.add_log_line(line)
 
-    def _engine(self, verb: str, profile: str | None) -> None:
-        if self.engine is None:
-            return
-        if verb == "stop":
-            self.tasks.spawn(self.engine.stop(), "engine-stop")
-        else:
-            self.tasks.spawn(getattr(self.engine, verb)(profile or None), f"engine-{verb}")
+    def _engine(self, verb: str, call: Callable[[EngineControl], Awaitable[None]]) -> None:
+        if self.engine is not None:
+            self.tasks.spawn(call(self.engine), f"engine-{verb}")
 
     # ----- commands -----
-    def _command(self, name: str, method: str, *args: object) -> None:
+    def _command(self, name: str, call: Callable[[SessionCommands], Awaitable[None]]) -> None:
         if self.commands is None:
             self.show_error("no sessions service is running")
             return
-        self.tasks.spawn(getattr(self.commands, method)(*args), name)
+        self.tasks.spawn(call(self.commands), name)
 
     def approve_all(self) -> None:
         for session_id in sorted(self.attention.waiting_ids()):
@@ -478,7 +492,8 @@ class MainWindow(QMainWindow):
     def pause_focused(self) -> None:
         pane = self.focus.pane if self.in_focus_view else self.grid.focused_pane()
         if pane is not None:
-            self._command("toggle-pause", "toggle_pause", pane.info.session_id)
+            sid = pane.info.session_id
+            self._command("toggle-pause", lambda c: c.toggle_pause(sid))
 
     def _approve_pane(self, pane: SessionPane | None, edited: str | None = None) -> None:
         if pane is None:
@@ -486,7 +501,8 @@ class MainWindow(QMainWindow):
         pane.hide_approval()
         if self.focus.pane is pane:
             self.focus.approval.hide()
-        self._command("approve", "approve", pane.info.session_id, edited)
+        sid = pane.info.session_id
+        self._command("approve", lambda c: c.approve(sid, edited))
 
     def _deny_pane(self, pane: SessionPane | None, feedback: str) -> None:
         if pane is None:
@@ -494,10 +510,11 @@ class MainWindow(QMainWindow):
         pane.hide_approval()
         if self.focus.pane is pane:
             self.focus.approval.hide()
-        self._command("deny", "deny", pane.info.session_id, feedback)
+        sid = pane.info.session_id
+        self._command("deny", lambda c: c.deny(sid, feedback))
 
     def _on_focus_follow_up(self, session_id: str, text: str) -> None:
-        self._command("follow-up", "follow_up", session_id, text)
+        self._command("follow-up", lambda c: c.follow_up(session_id, text))
 
     def refresh_diff(self) -> None:
         pane = self.focus.pane
@@ -505,8 +522,10 @@ class MainWindow(QMainWindow):
             return
         session_id = pane.info.session_id
 
+        commands = self.commands
+
         async def load() -> None:
-            text = await self.commands.diff(session_id)
+            text = await commands.diff(session_id)
             if self.focus.pane is pane:
                 added = sum(1 for ln in text.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
                 removed = sum(1 for ln in text.splitlines() if ln.startswith("-") and not ln.startswith("---"))
@@ -517,37 +536,17 @@ class MainWindow(QMainWindow):
     def _on_integrate(self, action: str) -> None:
         pane = self.focus.pane
         if pane is not None:
-            self._command(f"integrate-{action}", "integrate", pane.info.session_id, action)
+            sid = pane.info.session_id
+            self._command(f"integrate-{action}", lambda c: c.integrate(sid, action))
 
     # ----- status -----
     def _update_counts(self) -> None:
         states = [p.info.state for p in self.panes.values()]
-        total = len(states)
-        running = sum(1 for s in states if s is SessionState.RUNNING)
-        queued = sum(1 for s in states if s is SessionState.QUEUED)
-        waiting = self.attention.waiting
-        done = sum(1 for s in states if s is SessionState.DONE)
-        failed = sum(1 for s in states if s is SessionState.FAILED)
         pending = sum(1 for s in states if s is SessionState.AWAITING_APPROVAL)
         self.approve_all_action.setText(f"Approve ({pending})" if pending else "Approve")
         self.approve_all_action.setEnabled(pending > 0)
-        parts = [f"{total} session{'s' if total != 1 else ''}"]
-        if running:
-            parts.append(f"{running} running")
-        if queued:
-            parts.append(f"{queued} queued")
-        if waiting:
-            parts.append(f"{waiting} need you")
-        if done:
-            parts.append(f"{done} done")
-        if failed:
-            parts.append(f"{failed} failed")
-        if self._slots_text:
-            parts.append(self._slots_text)
         rate = sum(p.display_rate() for p in self.panes.values())
-        if rate >= 1:
-            parts.append(f"{rate:,.0f} tok/s")
-        text = " · ".join(parts)
+        text = session_summary_line(states, self.attention.waiting, self._slots_text, rate)
         if self.summary_label.text() != text:
             self.summary_label.setText(text)
         self._update_page_label()
@@ -598,13 +597,3 @@ class MainWindow(QMainWindow):
             self.save_layout()
             self.show_status("Shutting down…", 60000)
             self.close_requested.emit()
-
-
-def safe_icon_app():
-    try:
-        from workstation.ui.icons import app_icon
-    except ImportError:
-        from PySide6.QtGui import QIcon
-
-        return QIcon()
-    return app_icon()

@@ -4,9 +4,10 @@ switch of the live engine), saved traffic shapes (small charts) and stored bench
 
 The store is read in a worker thread when the dock is first shown and on *Refresh*; nothing
 polls. Checks run in a worker thread too (the first one reads the engine's ``--help=all``,
-which is then cached per version). The switch is a task of the window's ``TaskOwner``: the
-button disables itself, a stepper follows ``SafeSwitch.state_changed``, and the app adopts
-the engine that serves afterwards through :attr:`TuningDock.engine_replaced`.
+which is then cached per version). The switch is the Qt-free
+:class:`~workstation.tuning.live_switch.LiveSwitch`, run as a task of the window's
+``TaskOwner``: the button disables itself and a stepper follows its ``state_changed``; the
+live engine's owner adopts the engine that serves afterwards (the dock decides nothing).
 """
 
 from __future__ import annotations
@@ -20,9 +21,8 @@ from typing import Any
 
 os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
 
-import httpx  # noqa: E402
 import pyqtgraph as pg  # noqa: E402
-from PySide6.QtCore import Qt, Signal  # noqa: E402
+from PySide6.QtCore import Qt  # noqa: E402
 from PySide6.QtGui import QPalette  # noqa: E402
 from PySide6.QtWidgets import (  # noqa: E402
     QAbstractItemView,
@@ -45,10 +45,10 @@ from workstation.core.errors import UserError  # noqa: E402
 from workstation.core.profiles import PRESETS, Profile, diff_against_parent  # noqa: E402
 from workstation.core.traffic import TrafficShape  # noqa: E402
 from workstation.tuning.checks import CheckReport, Severity  # noqa: E402
-from workstation.tuning.placement import Placement  # noqa: E402
+from workstation.tuning.live_switch import LiveSwitch  # noqa: E402
 from workstation.tuning.results import BenchResult  # noqa: E402
 from workstation.tuning.store import TuningStore  # noqa: E402
-from workstation.tuning.switch import EngineLike, LauncherFactory, SafeSwitch, SwitchPhase, SwitchReport  # noqa: E402
+from workstation.tuning.switch import SwitchPhase, SwitchReport  # noqa: E402
 from workstation.ui import theme  # noqa: E402
 from workstation.ui.icons_fallback import safe_icon  # noqa: E402
 from workstation.ui.tasks import TaskOwner  # noqa: E402
@@ -68,20 +68,6 @@ STEP_WORDS = {
 }
 CANCELLABLE = (SwitchPhase.STARTING_NEW, SwitchPhase.PROBING)
 RESULTS_LIMIT = 50
-
-
-@dataclass(frozen=True, slots=True)
-class SwitchHost:
-    """What the app lends the dock to switch its managed engine."""
-
-    http: httpx.AsyncClient
-    live: Callable[[], EngineLike | None]
-    """The engine serving now (None: not running)."""
-    factory: LauncherFactory
-    retarget: Callable[[Any], Any]
-    """Called with the new endpoint when sessions move (and with the old one on a roll-back)."""
-    plan: Callable[[], Placement]
-    """Where the new engine runs; blocking (reads NVML), called in a worker thread."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +95,6 @@ def read_store(store: TuningStore) -> StoreView:
 
 
 class TuningDock(QDockWidget):
-    engine_replaced = Signal(object, object)
-    """``(engine now serving, SwitchReport)`` after a switch that changed the serving engine."""
-
     def __init__(self, settings: Settings, parent: QWidget | None = None, *, tasks: TaskOwner | None = None,
                  store: TuningStore | None = None) -> None:
         super().__init__("Tuning", parent)
@@ -122,10 +105,9 @@ class TuningDock(QDockWidget):
         self.checks: dict[str, CheckReport | str] = {}
         self._checker: Checker | None = None
         self._checker_reason = "no engine to check against"
-        self._host: SwitchHost | None = None
-        self._host_reason = "the engine is not managed by the app"
+        self._switch: LiveSwitch | None = None
+        self._switch_reason = "the engine is not managed by the app"
         self.switch_task: asyncio.Task[Any] | None = None
-        self.switch: SafeSwitch | None = None
         self.confirm_dialog: QMessageBox | None = None
         self._load_task: asyncio.Task[Any] | None = None
         pal = self.palette()
@@ -227,10 +209,15 @@ class TuningDock(QDockWidget):
         self.checks.clear()
         self._show_profile()
 
-    def set_switch_host(self, host: SwitchHost | None, reason: str = "") -> None:
-        """None: the switch is not possible here, and ``reason`` says why (the button's tooltip)."""
-        self._host = host
-        self._host_reason = reason or "the engine is not managed by the app"
+    def set_switch(self, switch: LiveSwitch | None, reason: str = "") -> None:
+        """The live engine's safe switch; None: not possible here, and ``reason`` says why (the
+        button's tooltip)."""
+        if self._switch is not None:
+            self._switch.state_changed.disconnect(self._on_phase)
+        self._switch = switch
+        self._switch_reason = reason or "the engine is not managed by the app"
+        if switch is not None:
+            switch.state_changed.connect(self._on_phase)
         self._update_switch_button()
 
     # ----- loading -----
@@ -361,19 +348,18 @@ class TuningDock(QDockWidget):
         self.check_label.setText(text)
 
     # ----- the switch -----
-    def _live_engine(self) -> EngineLike | None:
-        return self._host.live() if self._host is not None else None
-
     def _live_profile_name(self) -> str | None:
-        live = self._live_engine()
-        return None if live is None else live.profile.name
+        return self._switch.live_profile if self._switch is not None else None
 
     def switch_blocker(self) -> str | None:
         """Why the switch button is disabled now (None: it is enabled)."""
-        if self._host is None:
-            return self._host_reason
+        if self._switch is None:
+            return self._switch_reason
         if self.switch_task is not None:
             return "a switch is running"
+        blocker = self._switch.blocker()
+        if blocker is not None:
+            return blocker
         name = self.selected_profile()
         if name is None:
             return "select a profile first"
@@ -409,14 +395,14 @@ class TuningDock(QDockWidget):
         box.open()
 
     def start_switch(self, name: str) -> asyncio.Task[Any] | None:
-        if self._host is None or self.switch_task is not None:
+        if self._switch is None or self.switch_task is not None:
             return None
-        self.switch_task = self.tasks.spawn(self._run_switch(self._host, name), "engine-switch")
+        self.switch_task = self.tasks.spawn(self._run_switch(self._switch, name), "engine-switch")
         self._set_running(True)
         return self.switch_task
 
     def cancel_switch(self) -> None:
-        if self.switch_task is not None and self.switch is not None and self.switch.phase in CANCELLABLE:
+        if self.switch_task is not None and self._switch is not None and self._switch.phase in CANCELLABLE:
             self.switch_task.cancel()
 
     def _set_running(self, running: bool) -> None:
@@ -429,21 +415,10 @@ class TuningDock(QDockWidget):
             self._draw_stepper(None)
         self._update_switch_button()
 
-    async def _run_switch(self, host: SwitchHost, name: str) -> None:
+    async def _run_switch(self, switch: LiveSwitch, name: str) -> None:
         try:
-            old = host.live()
-            if old is None or not old.alive():
-                self._say("The engine is not running; start it first.", error=True)
-                return
             profile, _ = await asyncio.to_thread(self.store.resolve, name)
-            placement = await asyncio.to_thread(host.plan)
-            self._say(f"Placement: {placement.reason}")
-            switch = SafeSwitch(host.http, old, host.factory, retarget=[host.retarget],
-                                side_by_side=placement.side_by_side, placement_env=dict(placement.env),
-                                placement_reason=placement.reason)
-            self.switch = switch
-            switch.state_changed.connect(self._on_phase)
-            report, serving = await switch.run(profile, say=self._say)
+            report = await switch.run(profile, say=self._say)
         except asyncio.CancelledError:
             self._say("Switch cancelled; the engine running before keeps serving.", error=True)
             raise
@@ -451,12 +426,12 @@ class TuningDock(QDockWidget):
             self._say(str(exc).splitlines()[0], error=True)
             return
         finally:
-            self.switch = None
             self.switch_task = None
             self._set_running(False)
+        if report is None:
+            self._say("The engine is not running; start it first.", error=True)
+            return
         self._show_report(report)
-        if serving is not old:
-            self.engine_replaced.emit(serving, report)
         if self.view is not None:
             self._fill_profiles()  # the "live" tag moved
 
@@ -464,7 +439,7 @@ class TuningDock(QDockWidget):
         self._draw_stepper(phase)
         if phase in STEPS:
             self.switch_progress.setValue(STEPS.index(phase) + 1)
-        self.cancel_button.setEnabled(phase in CANCELLABLE and self.switch is not None and self.switch.side_by_side)
+        self.cancel_button.setEnabled(phase in CANCELLABLE and self._switch is not None and self._switch.side_by_side)
         if detail:
             self._say(f"{STEP_WORDS.get(phase, phase.value)}: {detail}",
                       error=phase in (SwitchPhase.ROLLING_BACK, SwitchPhase.ROLLED_BACK, SwitchPhase.FAILED))

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -29,7 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from workstation.ui import theme
-from workstation.ui.backend import NewSessionRequest
+from workstation.ui.backend import NewSessionRequest, SessionCommands
 from workstation.ui.icons_fallback import safe_icon
 from workstation.ui.image_tray import ImageTray
 
@@ -97,7 +96,8 @@ class NewSessionDialog(QDialog):
     submitted = Signal(object)
     """A :class:`NewSessionRequest`."""
 
-    def __init__(self, parent: QWidget | None, commands: Any = None, *, repo_path: str = "") -> None:
+    def __init__(self, parent: QWidget | None, commands: SessionCommands | None = None, *,
+                 repo_path: str = "") -> None:
         super().__init__(parent)
         self.setWindowTitle("New session")
         self.setModal(True)

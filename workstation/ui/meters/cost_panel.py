@@ -11,7 +11,7 @@ import asyncio
 import logging
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -28,7 +28,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workstation.core.cost import SelfHostAssumptions, SelfHostMode
+from workstation.core.cost import ApiPrice, SelfHostAssumptions, SelfHostMode
+from workstation.telemetry.nvml import GpuDevice, GpuSnapshot
+
+if TYPE_CHECKING:
+    from workstation.config import Settings
+    from workstation.telemetry.meters import Meters
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +53,7 @@ class CostAssumptionsEditor(QGroupBox):
 
     applied = Signal(object)  # SelfHostAssumptions
 
-    def __init__(self, meters: Any, settings: Any | None = None, parent: QWidget | None = None) -> None:
+    def __init__(self, meters: Meters, settings: Settings | None = None, parent: QWidget | None = None) -> None:
         super().__init__("Assumptions (editable)", parent)
         self.meters = meters
         self.settings = settings
@@ -83,14 +88,14 @@ class CostAssumptionsEditor(QGroupBox):
         self.error = QLabel("")
         self.error.setWordWrap(True)
         form.addRow(self.error)
-        self.load(meters.cost.assumptions, getattr(meters.cost, "api", None))
+        self.load(meters.cost.assumptions, meters.cost.api)
         self.api.currentIndexChanged.connect(self._apply_api)
         for widget in (self.gpu_hourly, self.hardware, self.years, self.electricity, self.pue):
             widget.valueChanged.connect(self._apply)
         self.gpu_count.valueChanged.connect(self._apply)
         self.mode.currentIndexChanged.connect(self._apply)
 
-    def load(self, a: SelfHostAssumptions, api: Any | None) -> None:
+    def load(self, a: SelfHostAssumptions, api: ApiPrice | None) -> None:
         widgets = (self.api, self.mode, self.gpu_hourly, self.gpu_count, self.hardware, self.years,
                    self.electricity, self.pue)
         for w in widgets:
@@ -126,7 +131,7 @@ class CostAssumptionsEditor(QGroupBox):
         for w in (self.hardware, self.years, self.electricity, self.pue):
             w.setEnabled(not hourly)
 
-    def _apply(self, *_: Any) -> None:
+    def _apply(self, *_: object) -> None:
         try:
             assumptions = self.assumptions()
         except ValueError as exc:  # the model refuses it: say so, keep the last good values
@@ -142,7 +147,7 @@ class CostAssumptionsEditor(QGroupBox):
             hardware_usd=assumptions.hardware_usd, hardware_years=assumptions.hardware_years,
         )
 
-    def _apply_api(self, *_: Any) -> None:
+    def _apply_api(self, *_: object) -> None:
         key = self.api.currentData()
         self.meters.set_api_price(key)
         model = str(key).split("/", 1)[-1]
@@ -172,11 +177,11 @@ class GpuCards(QWidget):
         self.empty = QLabel("no GPU")
         self.grid.addWidget(self.empty, 0, 0)
 
-    def on_gpu(self, snap: Any) -> None:
-        devices = getattr(snap, "devices", ()) or ()
+    def on_gpu(self, snap: GpuSnapshot) -> None:
+        devices = snap.devices or ()
         self.empty.setVisible(not devices)
         if not devices:
-            self.empty.setText(getattr(snap, "message", "") or "no GPU")
+            self.empty.setText(snap.message or "no GPU")
             return
         for dev in devices:
             card = self.cards.get(dev.index)
@@ -190,17 +195,17 @@ class GpuCards(QWidget):
             card.setText(_card_text(dev))
 
 
-def _na(value: Any, fmt: str = "", unit: str = "") -> str:
+def _na(value: float | int | None, fmt: str = "", unit: str = "") -> str:
     return "n/a" if value is None else f"{value:{fmt}}{unit}"
 
 
-def _card_text(dev: Any) -> str:
+def _card_text(dev: GpuDevice) -> str:
     mem = "n/a"
     if dev.memory_used_bytes is not None and dev.memory_total_bytes:
         mem = f"{dev.memory_used_bytes / 1e9:.0f}/{dev.memory_total_bytes / 1e9:.0f} GB"
     reasons = ", ".join(dev.clock_event_reasons or ()) or "none"
     procs = dev.processes or ()
-    engine = sum(1 for p in procs if getattr(p, "is_engine", False))
+    engine = sum(1 for p in procs if p.is_engine)
     return (
         f"GPU{dev.index} {dev.name}\n"
         f"util {_na(dev.gpu_util_pct, 'd', '%')} · mem {mem} · {_na(dev.power_w, '.0f', ' W')}"
@@ -213,7 +218,7 @@ def _card_text(dev: Any) -> str:
 class CsvExportButton(QPushButton):
     """Export the last 15 minutes of every series to a CSV file (written off the GUI thread)."""
 
-    def __init__(self, meters: Any, parent: QWidget | None = None) -> None:
+    def __init__(self, meters: Meters, parent: QWidget | None = None) -> None:
         super().__init__("Export CSV…", parent)
         self.meters = meters
         self.status = QLabel("")

@@ -4,7 +4,7 @@ its assumptions. Charts redraw from ``series_updated`` only while the dock is vi
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING
 
 os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
 
@@ -21,7 +21,12 @@ from PySide6.QtWidgets import (  # noqa: E402
     QWidget,
 )
 
+from workstation.core.cost import CostEstimate  # noqa: E402
 from workstation.ui import theme  # noqa: E402
+
+if TYPE_CHECKING:
+    from workstation.config import Settings
+    from workstation.telemetry.meters import Meters
 
 CHARTS = (
     ("Generated tok/s", ("engine.*.generation_tokens_per_s", "sessions.tokens_per_s"), "tok/s"),
@@ -38,7 +43,7 @@ def _match(pattern: str, name: str) -> bool:
 
 
 class MetersDock(QDockWidget):
-    def __init__(self, meters: Any, parent: QWidget | None = None, *, settings: Any | None = None) -> None:
+    def __init__(self, meters: Meters, parent: QWidget | None = None, *, settings: Settings | None = None) -> None:
         from workstation.ui.meters.cost_panel import CostAssumptionsEditor, CsvExportButton, GpuCards
 
         super().__init__("Meters", parent)
@@ -86,14 +91,14 @@ class MetersDock(QDockWidget):
         self.setWidget(scroll)
         self.setMinimumWidth(360)
 
-    def redraw(self, _names: Any = None) -> None:
+    def redraw(self, _names: object = None) -> None:
         if not self.isVisible():
             return
         import time
 
         now = time.monotonic()
         book = self.meters.series
-        names = list(book.names()) if hasattr(book, "names") else []
+        names = list(book.names())
         pens = [theme.accent(self.palette()), theme.AMBER, theme.GREEN, theme.RED]
         for plot, patterns in self.plots:
             plot.clear()
@@ -111,11 +116,11 @@ class MetersDock(QDockWidget):
                                   connect="finite")
                         k += 1
 
-    def on_cost(self, cost: Any) -> None:
+    def on_cost(self, cost: CostEstimate) -> None:
         lines = []
         if cost.self_host_usd_per_m_tokens is not None and cost.api_usd_per_m_tokens is not None:
             lines.append(f"self-hosting ${cost.self_host_usd_per_m_tokens:.3f} per million tokens, "
-                         f"{getattr(cost.api, 'model', 'API')} ${cost.api_usd_per_m_tokens:.3f}")
+                         f"{cost.api.model if cost.api is not None else 'API'} ${cost.api_usd_per_m_tokens:.3f}")
             if cost.savings_pct is not None:
                 lines.append(f"saving {cost.savings_pct:.0f}% (${cost.saved_usd or 0:,.2f} so far)")
         lines.extend(cost.notes)

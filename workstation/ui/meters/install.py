@@ -1,14 +1,20 @@
 """Puts the meter strip and the meters dock into the window and connects them to a
-:class:`workstation.telemetry.meters.Meters` (and the fleet's streams, for tok/s)."""
+:class:`workstation.telemetry.meters.Meters` (whose session counters are the fleet's own:
+the sessions' tok/s is counted once, by the fleet)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from workstation.ui.meters.strip import MeterStrip
 
+if TYPE_CHECKING:
+    from workstation.config import Settings
+    from workstation.telemetry.meters import Meters
+    from workstation.ui.main_window import MainWindow
 
-def install_meters(window: Any, meters: Any, fleet: Any | None = None, settings: Any | None = None) -> MeterStrip:
+
+def install_meters(window: MainWindow, meters: Meters, settings: Settings | None = None) -> MeterStrip:
     from workstation.ui.meters.dock import MetersDock
 
     strip = MeterStrip()
@@ -23,20 +29,4 @@ def install_meters(window: Any, meters: Any, fleet: Any | None = None, settings:
     meters.cost_updated.connect(strip.on_cost)
     meters.cost_updated.connect(dock.on_cost)
     meters.series_updated.connect(dock.redraw)
-    if fleet is not None:
-        from workstation.core import agent_events as ev
-
-        streams = meters.streams
-
-        def count(item: Any) -> None:
-            event = item.event
-            kind = type(event)
-            if kind is ev.TextStreamed or kind is ev.ReasoningStreamed or kind is ev.ToolCallStreamed:
-                streams.on_chunk(item.session_id)
-            elif kind is ev.UsageReported:
-                streams.on_usage(item.session_id, event)
-
-        fleet.agent_event.connect(count)
-    window.meters_strip = strip
-    window.meters_dock_widget = dock
     return strip

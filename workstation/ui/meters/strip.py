@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Any
+from collections.abc import Sequence
 
 from PySide6.QtCore import QPointF, QSize, Qt
 from PySide6.QtGui import QPainter, QPaintEvent, QPalette, QPen, QPolygonF
 from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QWidget
 
+from workstation.core.cost import CostEstimate
+from workstation.telemetry.nvml import GpuSnapshot
+from workstation.telemetry.streams import ModelTokens, SessionTokens
+from workstation.telemetry.vllm_metrics import EngineMetricsSample
 from workstation.ui import theme
 
 SPARK_POINTS = 60
@@ -102,13 +106,11 @@ class MeterStrip(QFrame):
         row.addStretch(1)
         self._engine_rate: float | None = None
         self._stream_rate: float | None = None
-        self.last_cost: Any = None
 
     # ----- telemetry events -----
-    def on_gpu(self, snap: Any) -> None:
-        state = getattr(getattr(snap, "state", None), "value", "ok")
-        if state != "ok":
-            self.gpu.setText(getattr(snap, "message", "") or "no GPU")
+    def on_gpu(self, snap: GpuSnapshot) -> None:
+        if not snap.ok:
+            self.gpu.setText(snap.message or "no GPU")
             return
         parts = []
         for dev in snap.devices:
@@ -118,8 +120,8 @@ class MeterStrip(QFrame):
                          f"{mem}  {fmt(dev.power_w, '.0f', ' W')}  {fmt(dev.temperature_c, '.0f', ' °C')}")
         self.gpu.setText("   ".join(parts) if parts else "no GPU")
 
-    def on_engine(self, sample: Any) -> None:
-        if not getattr(sample, "up", True):
+    def on_engine(self, sample: EngineMetricsSample) -> None:
+        if not sample.up:
             self.requests.setText("engine down")
             return
         self._engine_rate = sample.generation_tokens_per_s
@@ -128,12 +130,12 @@ class MeterStrip(QFrame):
         self.kv.setText(f"KV {fmt(sample.kv_cache_usage_pct, '.0f', '%')}")
         self.prefix.setText(f"prefix hits {fmt(sample.prefix_cache_hit_rate_pct, '.0f', '%')}")
 
-    def on_sessions(self, samples: Any) -> None:
+    def on_sessions(self, samples: Sequence[SessionTokens]) -> None:
         self._stream_rate = sum(s.tokens_per_s or 0.0 for s in samples)
         if self._engine_rate is None:
             self._show_rate()
 
-    def on_models(self, models: Any) -> None:
+    def on_models(self, models: Sequence[ModelTokens]) -> None:
         """Tokens per model (``telemetry.streams.ModelTokens``); shown once more than one model
         (an adapter and its base, or two adapters) has tokens."""
         shown = [m for m in models if m.completion_tokens or m.prompt_tokens]
@@ -149,8 +151,7 @@ class MeterStrip(QFrame):
         self.rate.setText(f"{fmt(rate, ',.0f')} tok/s")
         self.spark.add(rate)
 
-    def on_cost(self, cost: Any) -> None:
-        self.last_cost = cost
+    def on_cost(self, cost: CostEstimate) -> None:
         if cost.self_host_usd_per_m_tokens is None or cost.api_usd_per_m_tokens is None:
             note = cost.notes[0] if cost.notes else "cost: waiting for tokens"
             self.cost.setText(note)

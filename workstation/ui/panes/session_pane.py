@@ -3,8 +3,6 @@ approval bar when the agent waits. The border turns amber while it waits."""
 
 from __future__ import annotations
 
-import time
-from collections import deque
 from dataclasses import dataclass
 
 from PySide6.QtCore import QRect, QRectF, QSize, Qt, Signal
@@ -15,7 +13,6 @@ from PySide6.QtGui import (
     QPainter,
     QPaintEvent,
     QPalette,
-    QPen,
 )
 from PySide6.QtWidgets import QFrame, QSizePolicy, QVBoxLayout, QWidget
 
@@ -24,8 +21,6 @@ from workstation.ui import theme
 from workstation.ui.panes.approval_bar import ApprovalBar
 from workstation.ui.panes.tail_view import TailView
 from workstation.ui.panes.transcript_doc import TranscriptDoc
-
-RATE_WINDOW_S = 3.0
 
 
 @dataclass(slots=True)
@@ -41,8 +36,8 @@ class PaneInfo:
     """``guided`` (a small model, held to narrowed calls) or ``full``; empty until chosen."""
     state: SessionState = SessionState.READY
     tokens: int = 0
-    tokens_per_s: float | None = None
-    """From the fleet; None until it reports (the pane then measures what it shows)."""
+    tokens_per_s: float = 0.0
+    """From the fleet's one token rate (``SessionStatsChanged``)."""
     detail: str = ""
     """Why it failed or waits, in plain words."""
     ready: bool = False
@@ -165,8 +160,6 @@ class SessionPane(QFrame):
         self.info = info
         self.doc = doc
         self.focused = False
-        self._rates: deque[tuple[float, int]] = deque(maxlen=16)
-        self._measured_rate = 0.0
         self.setFocusPolicy(Qt.FocusPolicy.NoFocus)
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Ignored)
         layout = QVBoxLayout(self)
@@ -195,6 +188,11 @@ class SessionPane(QFrame):
         if info.state is not old_state:
             self.update()
 
+    def set_stats(self, tokens: int, tokens_per_s: float) -> None:
+        self.info.tokens = tokens
+        self.info.tokens_per_s = tokens_per_s
+        self.header.update()
+
     def show_approval(self, title: str, summary: str, arguments: str) -> None:
         self.approval.show_request(title, summary, arguments)
         self.update()
@@ -212,23 +210,9 @@ class SessionPane(QFrame):
             self.focused = focused
             self.update()
 
-    def sample_rate(self, now: float | None = None) -> None:
-        """Called about once a second: measure tokens/s that reached this pane."""
-        now = time.monotonic() if now is None else now
-        self._rates.append((now, self.doc.tokens_flushed))
-        while len(self._rates) > 2 and now - self._rates[0][0] > RATE_WINDOW_S:
-            self._rates.popleft()
-        (t0, n0), (t1, n1) = self._rates[0], self._rates[-1]
-        rate = (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
-        if abs(rate - self._measured_rate) >= 0.5 or (rate == 0) != (self._measured_rate == 0):
-            self._measured_rate = rate
-            if self.isVisible():
-                self.header.update()
-
     def display_rate(self) -> float:
-        if self.info.tokens_per_s is not None:
-            return self.info.tokens_per_s
-        return self._measured_rate
+        """The session's tok/s as the fleet counts it (the status bar sums these)."""
+        return self.info.tokens_per_s
 
     # ----- painting -----
     def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802

@@ -1,0 +1,170 @@
+"""The service factory's wiring: whatever follows the live engine reads the engine that
+serves after a safe switch, and after a restart (stop, start: a new port and key) — the
+meters scrape it and mark its pid, the fleet's router sends sessions to it. Fake engines
+(``tests/tuning/fake_vllm.py``: real HTTP semantics over a mock transport, no vLLM)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+
+import pytest
+from psygnal import Signal
+
+from tests.tuning.fake_vllm import FakeLauncher, FakeVllm
+from workstation.core.endpoints import Endpoint
+from workstation.core.profiles import PRESETS, Profile, flatten
+from workstation.engine.host import EngineHost
+from workstation.engine.launcher import EngineState
+from workstation.services import Services
+from workstation.tuning.placement import Placement
+
+_pids = itertools.count(41_000)
+
+
+class Engine(FakeLauncher):
+    """A managed engine as the host sees one: state and log signals, a pid, and one endpoint
+    name for every engine of the same model (as ``EngineLauncher`` names them)."""
+
+    state_changed = Signal(object, str)
+    log_line = Signal(str)
+
+    def __init__(self, *a, **kw) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(*a, **kw)
+        self.state = EngineState.STOPPED
+        self.extra_env: dict[str, str] = {}
+        self.pid: int | None = None
+
+    @property
+    def endpoint(self) -> Endpoint:
+        assert self.engine is not None
+        return Endpoint(self.engine.base_url, "k", "smollm2", name="managed:smollm2", managed=True)
+
+    async def start(self, progress=None) -> Endpoint:  # type: ignore[no-untyped-def]
+        endpoint = await super().start(progress)
+        self.pid = next(_pids)
+        self.state = EngineState.READY
+        self.state_changed.emit(self.state, "ready")
+        return endpoint
+
+    async def stop(self) -> None:
+        await super().stop()
+        self.pid = None
+        self.state = EngineState.STOPPED
+        self.state_changed.emit(self.state, "")
+
+
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("WORKSTATION_DATA_DIR", str(tmp_path / "data"))
+    for key in [k for k in os.environ if k.startswith("WORKSTATION_ENGINE__")]:
+        monkeypatch.delenv(key)
+    from workstation.config import load_settings
+
+    return load_settings()
+
+
+def never_called(setup):  # type: ignore[no-untyped-def]
+    raise AssertionError("no agent runs in these tests")
+
+
+async def _wired(settings):  # type: ignore[no-untyped-def]
+    vllm = FakeVllm()
+    made: list[Engine] = []
+
+    def launchers(profile: Profile | None = None, env=None, **_where):  # type: ignore[no-untyped-def]
+        made.append(Engine(vllm, profile or flatten(PRESETS["default"], PRESETS), env))
+        return made[-1]
+
+    host = EngineHost(launchers=launchers)
+    services = Services(settings, http=vllm.client(), engine=host)
+    await host.start()
+    fleet = services.fleet(agent_factory=never_called)
+    await fleet.start()
+    meters = services.meters(metrics_interval_s=0.1)
+    return services, host, fleet, meters, made
+
+
+async def _reads(meters, engine: Engine):  # type: ignore[no-untyped-def]
+    """What the meters' engine scraper reads now; the fake engine says who it is by its load."""
+    assert engine.engine is not None
+    engine.engine.running = 7
+    (scraper,) = meters.scrapers.values()
+    return scraper, await scraper.scrape_once()
+
+
+async def test_after_a_safe_switch_the_meters_and_the_fleet_follow_the_new_engine(settings) -> None:
+    services, host, fleet, meters, made = await _wired(settings)
+    try:
+        old = made[0]
+        assert meters.engine_pid() == old.pid
+        scraper, before = await _reads(meters, old)
+        assert before.up and before.running == 7 and scraper.endpoint == old.endpoint
+        old.engine.running = 0
+
+        switch = services.live_switch(plan=lambda: Placement({}, side_by_side=True, reason="test"))
+        assert switch is not None
+        report = await switch.run(flatten(Profile("fewer", "", args=("--max-num-seqs", "4"), parent="default"),
+                                          PRESETS))
+        assert report is not None and report.ok, report
+        new = made[-1]
+        assert new is not old and host.launcher is new and not old.alive()
+
+        scraper, after = await _reads(meters, new)
+        assert scraper.endpoint == new.endpoint != old.endpoint
+        assert after.up and after.running == 7  # the new engine's metrics, not the old one's
+        assert meters.engine_pid() == new.pid != old.pid
+        assert fleet.router.get("managed:smollm2") == new.endpoint
+    finally:
+        await services.aclose()
+
+
+async def test_after_a_restart_the_meters_read_the_engine_on_its_new_port(settings) -> None:
+    services, host, fleet, meters, made = await _wired(settings)
+    try:
+        first = made[0]
+        first_endpoint = first.endpoint
+        await host.stop()
+        assert host.endpoint is None
+        await host.start()  # stop-start: the same launcher on a new port, with a new key
+        second_endpoint = first.endpoint
+        assert second_endpoint != first_endpoint
+        scraper, sample = await _reads(meters, first)
+        assert scraper.endpoint == second_endpoint and sample.up and sample.running == 7
+        assert meters.engine_pid() == first.pid
+
+        await host.restart()
+        third_endpoint = first.endpoint
+        scraper, sample = await _reads(meters, first)
+        assert scraper.endpoint == third_endpoint != second_endpoint and sample.up
+        assert fleet.router.get("managed:smollm2") == third_endpoint
+    finally:
+        await services.aclose()
+
+
+async def test_meters_without_the_wiring_would_keep_the_old_engine(settings) -> None:
+    """The control: meters given an endpoint by hand do not follow (so the tests above show
+    the wiring, not a scraper that finds engines by itself)."""
+    services, host, fleet, meters, made = await _wired(settings)
+    try:
+        pinned = services.meters(endpoints=[made[0].endpoint])
+        await host.restart()
+        (scraper,) = pinned.scrapers.values()
+        sample = await scraper.scrape_once()
+        assert not sample.up  # the old port is gone
+    finally:
+        await services.aclose()
+
+
+async def test_a_failing_shutdown_stage_is_logged_and_the_next_stages_still_run(settings, caplog) -> None:
+    services, host, fleet, meters, made = await _wired(settings)
+
+    async def broken() -> None:
+        raise RuntimeError("the store is gone")
+
+    fleet.aclose = broken  # type: ignore[method-assign]
+    with caplog.at_level("ERROR", logger="workstation.services"):
+        await services.aclose()
+    assert "shutdown: closing the fleet failed" in caplog.text and "the store is gone" in caplog.text
+    assert not made[0].alive()  # the engine stage ran after the failed one

@@ -1,0 +1,266 @@
+"""The live engine: the one Qt-free owner of which engine serves.
+
+:class:`EngineHost` holds either a managed engine (an :class:`EngineLauncher` it starts,
+stops and restarts, or the one a safe switch left serving, :meth:`EngineHost.adopt`) or an
+external endpoint the app does not manage. Whatever talks to the engine follows its
+``endpoint_changed``: the fleet's router, the meters' scraper and engine pid, the tuner —
+so after a restart (new port, new key) or a switch they all use the new engine. The window's
+engine dock is one more view of it; the verbs start it and the service factory stops it.
+
+The endpoints it knows are a registry by name with the live one as the default
+(:meth:`endpoints`, :meth:`get`); today that is the live one alone.
+
+:class:`Launchers` is the one place a managed engine is made from the settings: the live one,
+a switch's new one, the tuning lab's trial engines, the benchmarks'.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from psygnal import Signal
+
+from workstation.config import Settings
+from workstation.core.endpoints import Endpoint
+from workstation.core.errors import UserError
+from workstation.core.profiles import PRESETS, Profile
+from workstation.engine.environment import EngineInstall
+from workstation.engine.launcher import EngineLauncher, EngineState
+from workstation.engine.models import ModelSpec
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+class Launchers:
+    """Makes managed engines: same settings, install and model; a profile, environment, port
+    and log folder per engine."""
+
+    def __init__(self, settings: Settings, install: EngineInstall, model: ModelSpec) -> None:
+        self.settings = settings
+        self.install = install
+        self.model = model
+
+    @classmethod
+    def from_settings(cls, settings: Settings, model: str | None = None) -> Launchers:
+        """The installed engine (a ``UserError`` says how to set it up) and the model by name
+        (default: ``settings.engine.model``)."""
+        from workstation.engine.environment import require_engine
+        from workstation.engine.models import resolve_model
+
+        return cls(settings, require_engine(settings), resolve_model(settings, model))
+
+    def with_settings(self, settings: Settings) -> Launchers:
+        """The same install and model under other settings (the tuning lab's fixed KV cache)."""
+        return Launchers(settings, self.install, self.model)
+
+    def __call__(self, profile: str | Profile | None = None, env: Mapping[str, str] | None = None, *,
+                 port: int | None = None, log_dir: Path | None = None, log_subdir: str = "",
+                 sessions: int | None = None, gpu_memory: Callable[[], list[Any]] | None = None) -> EngineLauncher:
+        """An engine with ``profile`` (default: the settings'), extra ``env``, ``port`` (None:
+        the settings'; 0: a free one), its log in ``log_dir`` (default: the logs folder, or
+        ``log_subdir`` inside it); ``sessions`` and ``gpu_memory`` as :class:`EngineLauncher`
+        takes them (the sizing of a CUDA profile)."""
+        if log_dir is None and log_subdir:
+            log_dir = self.settings.logs_dir / log_subdir
+        return EngineLauncher(self.settings, self.install, self.model, log_dir=log_dir, profile=profile,
+                              port=port, env=dict(env or {}), sessions=sessions, gpu_memory=gpu_memory)
+
+
+class ManagedEngine(Protocol):
+    """What the host needs of a managed engine (:class:`EngineLauncher`)."""
+
+    profile: Profile
+    engine: EngineInstall
+    model: ModelSpec
+    state: Any
+    state_changed: Any
+    log_line: Any
+    log_tail: Any
+    extra_env: dict[str, str]
+
+    @property
+    def endpoint(self) -> Endpoint: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    def alive(self) -> bool: ...
+
+    async def start(self, progress: Progress | None = None) -> Endpoint: ...
+
+    async def stop(self) -> None: ...
+
+
+LauncherFactory = Callable[..., ManagedEngine]
+"""``factory(profile=None, env=None, *, port=None, log_subdir="")``: a new managed engine
+(:class:`Launchers`, or a test's stand-in)."""
+
+
+class EngineHost:
+    """Start / stop / restart the managed engine, adopt the one a switch left serving, or hold
+    an external endpoint; ``endpoint_changed`` whenever the live endpoint changes."""
+
+    endpoint_changed = Signal(object)
+    """The live endpoint, or None while the engine does not serve (emitted on change only)."""
+    state_changed = Signal(object, str)
+    """The live engine's ``EngineState`` and a detail line (``"external"`` for an endpoint the
+    app does not manage)."""
+    log_line = Signal(str)
+    launcher_changed = Signal(object)
+    """Another managed engine serves now (a switch): its pid, profile and log are new."""
+
+    def __init__(self, *, launchers: LauncherFactory | None = None, external: Endpoint | None = None,
+                 profile: str | Profile | None = None) -> None:
+        if (launchers is None) == (external is None):
+            raise ValueError("an engine host holds a managed engine or an external endpoint")
+        self.launchers = launchers
+        self.external = external
+        self.detail = ""
+        self._launcher: ManagedEngine | None = None
+        self._published: Endpoint | None = None
+        if launchers is not None:
+            self._wire(launchers(profile))
+
+    # ----- what serves -----
+    @property
+    def managed(self) -> bool:
+        return self.launchers is not None
+
+    @property
+    def launcher(self) -> ManagedEngine | None:
+        """The managed engine serving now (None for an external endpoint)."""
+        return self._launcher
+
+    @property
+    def endpoint(self) -> Endpoint | None:
+        """The live endpoint: the external one, or the managed engine's while it is ready."""
+        if self.external is not None:
+            return self.external
+        launcher = self._launcher
+        if launcher is not None and launcher.state is EngineState.READY:
+            return launcher.endpoint
+        return None
+
+    @property
+    def pid(self) -> int | None:
+        """The managed engine's process (its tree is marked on the GPU cards); None otherwise."""
+        return self._launcher.pid if self._launcher is not None else None
+
+    def endpoints(self) -> tuple[Endpoint, ...]:
+        """The endpoints this host serves, the live one first."""
+        live = self.endpoint
+        return (live,) if live is not None else ()
+
+    def get(self, name: str | None = None) -> Endpoint:
+        """The endpoint of that name (default: the live one), or a ``UserError``."""
+        for endpoint in self.endpoints():
+            if name is None or endpoint.name == name:
+                return endpoint
+        raise UserError("the engine is not serving" if name is None else f"no endpoint named {name!r}")
+
+    # ----- control -----
+    async def start(self, profile: str | Profile | None = None, progress: Progress | None = None) -> Endpoint:
+        """Start the managed engine (with ``profile``, when given); the external endpoint as is."""
+        if self.external is not None:
+            self._publish()
+            return self.external
+        launcher = self._require_launcher()
+        self._set_profile(profile)
+        try:
+            await launcher.start(progress)
+        except UserError as exc:
+            self.detail = str(exc).split("\n", 1)[0]
+            self.state_changed.emit(launcher.state, self.detail)
+            raise
+        finally:
+            self._publish()
+        return launcher.endpoint
+
+    async def stop(self) -> None:
+        if self._launcher is not None:
+            try:
+                await self._launcher.stop()
+            finally:
+                self._publish()
+
+    async def restart(self, profile: str | Profile | None = None, progress: Progress | None = None) -> Endpoint:
+        if self.external is not None:
+            return self.external
+        await self.stop()
+        return await self.start(profile, progress)
+
+    # ----- a switch -----
+    def new_launcher(self, profile: str | Profile | None, env: Mapping[str, str] | None = None) -> ManagedEngine:
+        """A second managed engine beside the live one (a switch's new engine): a free port,
+        its log in the logs folder's ``switch``."""
+        if self.launchers is None:
+            raise UserError("only an engine the app started can be switched")
+        return self.launchers(profile, env, port=0, log_subdir="switch")
+
+    def retarget(self, endpoint: Endpoint) -> None:
+        """Point everything that follows the engine at ``endpoint`` (a switch moves the
+        sessions before the old engine stops, and back on a roll-back)."""
+        self._publish(endpoint)
+
+    def adopt(self, launcher: ManagedEngine) -> None:
+        """A switch (or its roll-back by restart) left ``launcher`` serving: follow it (state,
+        log) and make it the live engine."""
+        if launcher is self._launcher:
+            return
+        self._unwire()
+        self._wire(launcher)
+        self.detail = ""
+        log.info("engine: %s serves now", launcher.profile.name)
+        self.launcher_changed.emit(launcher)
+        self.state_changed.emit(launcher.state, "")
+        self._publish()
+
+    # ----- internals -----
+    def _require_launcher(self) -> ManagedEngine:
+        if self._launcher is None:
+            raise UserError("no engine is configured")
+        return self._launcher
+
+    def _set_profile(self, profile: str | Profile | None) -> None:
+        launcher = self._require_launcher()
+        if profile is None:
+            return
+        if isinstance(profile, Profile):
+            launcher.profile = profile
+            return
+        if profile == launcher.profile.name:
+            return
+        if profile not in PRESETS:
+            raise UserError(f"unknown engine profile '{profile}'")
+        launcher.profile = PRESETS[profile]
+
+    def _wire(self, launcher: ManagedEngine) -> None:
+        self._launcher = launcher
+        launcher.state_changed.connect(self._on_launcher_state)
+        launcher.log_line.connect(self._on_log_line)
+
+    def _unwire(self) -> None:
+        old = self._launcher
+        if old is None:
+            return
+        old.state_changed.disconnect(self._on_launcher_state)
+        old.log_line.disconnect(self._on_log_line)
+
+    def _on_log_line(self, line: str) -> None:
+        self.log_line.emit(line)
+
+    def _on_launcher_state(self, state: Any, detail: str) -> None:
+        self.detail = detail
+        self.state_changed.emit(state, detail)
+        self._publish()
+
+    def _publish(self, endpoint: Endpoint | None | object = ...) -> None:
+        live = self.endpoint if endpoint is ... else endpoint
+        if live != self._published:
+            self._published = live  # type: ignore[assignment]
+            self.endpoint_changed.emit(live)

@@ -1,0 +1,228 @@
+"""The one place that builds the app's services from the settings — for the window, every
+verb and the benchmarks — so a setting (the sandbox!) is honoured everywhere or nowhere.
+
+::
+
+    async with Services(settings) as services:           # shared HTTP client, staged close
+        engine = await services.engine()                  # the live engine's one owner
+        endpoint = await engine.start(progress=say)       # stopped by the staged close
+        fleet = services.fleet()                          # follows the engine, agents sandboxed
+        meters = services.meters(streams=fleet.streams)   # scrapes the live engine, marks its pid
+        ...
+
+:meth:`Services.aclose` shuts down what it built in stages — stop accepting work (fleets end
+their agents) → meters → the engine → the HTTP client — and logs every stage that fails
+instead of hiding it. Whatever follows the live engine is wired here: after a restart or a
+safe switch the fleet's router and the meters' scraper and engine pid use the new engine.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from workstation.agent.sandbox import SandboxPolicy
+from workstation.config import Settings
+from workstation.core.endpoints import Endpoint
+from workstation.core.errors import UserError
+from workstation.engine.chat_client import ChatClient
+from workstation.engine.host import EngineHost, Launchers
+from workstation.engine.http import make_http_client
+from workstation.fleet import Fleet, real_agent_factory
+from workstation.fleet.agent_bridge import AgentFactory
+from workstation.fleet.bootstrap import BootstrapOptions
+from workstation.telemetry.meters import Meters
+from workstation.tuning.live_switch import LiveSwitch, plan_beside
+from workstation.tuning.placement import Placement
+
+log = logging.getLogger(__name__)
+
+EndpointFollower = Callable[[Endpoint], Any]
+
+
+class Services:
+    def __init__(self, settings: Settings, *, http: httpx.AsyncClient | None = None,
+                 engine: EngineHost | None = None) -> None:
+        """``http``: a client made elsewhere (kept open on close); ``engine``: an engine owner
+        made elsewhere (a test's stand-in)."""
+        self.settings = settings
+        self._http = http
+        self._owns_http = http is None
+        self._engine = engine
+        self._launchers: dict[str | None, Launchers] = {}
+        self._fleets: list[Fleet] = []
+        self._meters: list[Meters] = []
+        self._followers: list[EndpointFollower] = []
+        if engine is not None:
+            self._follow_engine(engine)
+
+    async def __aenter__(self) -> Services:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    # ----- the shared client -----
+    @property
+    def http(self) -> httpx.AsyncClient:
+        """The one HTTP client every stream, scrape and health check shares."""
+        if self._http is None:
+            self._http = make_http_client()
+        return self._http
+
+    def chat_client(self, endpoint: Endpoint | None = None, *, model: str | None = None) -> ChatClient:
+        """A chat client on ``endpoint`` (default: the live engine's) over the shared client;
+        ``model``: another model the engine serves (a LoRA adapter)."""
+        if endpoint is None:
+            endpoint = self._require_engine().get()
+        return ChatClient(self.http, endpoint, model=model)
+
+    # ----- the engine -----
+    def launchers(self, *, model: str | None = None) -> Launchers:
+        """Makes managed engines of the installed vLLM with ``model`` (default: the settings')."""
+        made = self._launchers.get(model)
+        if made is None:
+            made = self._launchers[model] = Launchers.from_settings(self.settings, model)
+        return made
+
+    async def engine(self, *, url: str | None = None, api_key: str = "", model: str | None = None,
+                     profile: str | None = None) -> EngineHost:
+        """The live engine's owner, made once: the endpoint at ``url`` (or the settings'
+        external one), else the managed engine with ``model`` and ``profile``."""
+        if self._engine is not None:
+            return self._engine
+        from workstation.engine.acquire import external_endpoint
+
+        url = url or self.settings.engine.external_url
+        if url:
+            key = api_key or self.settings.engine.external_api_key or ""
+            host = EngineHost(external=await external_endpoint(url, key, model or self.settings.engine.external_model))
+        else:
+            host = EngineHost(launchers=self.launchers(model=model), profile=profile or self.settings.engine.profile)
+        self._engine = host
+        self._follow_engine(host)
+        return host
+
+    @property
+    def engine_host(self) -> EngineHost | None:
+        """The engine owner, once :meth:`engine` made it."""
+        return self._engine
+
+    def follow_endpoint(self, follower: EndpointFollower) -> None:
+        """Call ``follower(endpoint)`` whenever the live engine's endpoint changes (a restart,
+        a switch); never with None."""
+        self._followers.append(follower)
+
+    def _follow_engine(self, host: EngineHost) -> None:
+        host.endpoint_changed.connect(self._on_endpoint_changed)
+        host.launcher_changed.connect(self._on_launcher_changed)
+
+    def _on_endpoint_changed(self, endpoint: Endpoint | None) -> None:
+        if endpoint is None:
+            return
+        for follower in list(self._followers):
+            follower(endpoint)
+        self._on_launcher_changed(None)
+
+    def _on_launcher_changed(self, _launcher: object) -> None:
+        pid = self._engine.pid if self._engine is not None else None
+        for meters in self._meters:
+            meters.set_engine_pid(pid)
+
+    def _require_engine(self) -> EngineHost:
+        if self._engine is None:
+            raise UserError("no engine yet", hint="await services.engine() first")
+        return self._engine
+
+    # ----- sessions -----
+    def sandbox_policy(self) -> SandboxPolicy:
+        """How agents' commands are confined (``settings.sandbox``), for an agent made by hand."""
+        return SandboxPolicy.from_settings(self.settings)
+
+    def agent_factory(self, **kwargs: Any) -> real_agent_factory:
+        """Agents over the shared client whose commands run under ``settings.sandbox``."""
+        return real_agent_factory.from_settings(self.http, self.settings, **kwargs)
+
+    def fleet(self, *, endpoints: Sequence[Endpoint] | None = None, data_dir: Path | None = None,
+              agent_factory: AgentFactory | None = None, max_generating: int | None = None,
+              resume_on_start: bool = True, store_path: Path | None = None,
+              engine_poll_s: float = 2.0) -> Fleet:
+        """A fleet on ``endpoints`` (default: the live engine's, followed across restarts and
+        switches) with its store and worktrees under ``data_dir`` (default: the settings');
+        its agents, worktree set-ups, dev servers and merges run under ``settings.sandbox``, its
+        worktrees bootstrap and get ports as ``settings`` say."""
+        follow = endpoints is None
+        if endpoints is None:
+            endpoints = self._require_engine().endpoints()
+        fleet = Fleet(
+            data_dir=data_dir or self.settings.data_dir, endpoints=list(endpoints),
+            agent_factory=agent_factory or self.agent_factory(), http=self.http,
+            max_generating=max_generating or self.settings.fleet.max_generating,
+            resume_on_start=resume_on_start, store_path=store_path, engine_poll_s=engine_poll_s,
+            sandbox=self.sandbox_policy(), bootstrap=BootstrapOptions.from_settings(self.settings),
+        )
+        if follow:
+            self.follow_endpoint(fleet.update_endpoint)
+        self._fleets.append(fleet)
+        return fleet
+
+    # ----- meters and tuning -----
+    def meters(self, *, endpoints: Sequence[Endpoint] | None = None, **kwargs: Any) -> Meters:
+        """Every meter from the settings; the engine meters scrape ``endpoints`` (default: the
+        live engine's, followed across restarts and switches, its pid marked on the GPU cards)."""
+        follow = endpoints is None and self._engine is not None
+        if endpoints is None:
+            endpoints = self._engine.endpoints() if self._engine is not None else ()
+        meters = Meters.from_settings(self.settings, self.http, endpoints=list(endpoints), **kwargs)
+        if follow:
+            meters.set_engine_pid(self._engine.pid if self._engine is not None else None)
+            self.follow_endpoint(meters.follow)
+        self._meters.append(meters)
+        return meters
+
+    def live_switch(self, *, plan: Callable[[], Placement] | None = None) -> LiveSwitch | None:
+        """The safe switch of the live engine; None when it is external (nothing to switch)."""
+        host = self._require_engine()
+        if not host.managed:
+            return None
+        return LiveSwitch(host, self.http, plan=plan or self._plan_beside)
+
+    def _plan_beside(self) -> Placement:
+        live = self._require_engine().launcher
+        if live is None:
+            raise UserError("the engine is not running")
+        return plan_beside(live.engine.platform, dict(live.extra_env))
+
+    # ----- shut-down -----
+    async def close_sessions(self) -> None:
+        """The first stage of the shut-down alone: every fleet ends its agents (sessions keep
+        their state, so the next start resumes them)."""
+        fleets, self._fleets = self._fleets, []
+        for fleet in reversed(fleets):
+            await _stage("fleet", fleet.aclose())
+
+    async def aclose(self) -> None:
+        """Stop accepting work (every fleet ends its agents; sessions keep their state) → the
+        meters → the engine → the HTTP client. A stage that fails is logged and the next runs."""
+        await self.close_sessions()
+        for meters in reversed(self._meters):
+            await _stage("meters", meters.aclose())
+        self._meters.clear()
+        if self._engine is not None and self._engine.managed:
+            await _stage("engine", self._engine.stop())
+        if self._http is not None and self._owns_http:
+            await _stage("http client", self._http.aclose())
+            self._http = None
+
+
+async def _stage(name: str, step: Any) -> None:
+    try:
+        await step
+    except Exception:  # noqa: BLE001 - shut-down goes on; the failure is in the log
+        log.exception("shutdown: closing the %s failed", name)
