@@ -12,7 +12,7 @@ and compared with the bench's "Output token throughput".
     python benchmarks/meter_vs_bench.py --base-url http://127.0.0.1:8000 --api-key KEY --model smollm2
 
 With no ``--base-url`` it uses the configured external endpoint or starts the managed engine
-for the run, as every verb does (``engine.acquire.engine_endpoint``); ``vllm bench serve`` runs
+for the run, as every verb does (``services.Services.engine``); ``vllm bench serve`` runs
 through the managed engine environment's Python (``--engine-python`` to use another) with the
 served built-in model's directory as its tokenizer (``--tokenizer`` for any other model).
 
@@ -104,12 +104,13 @@ def bench_tools(args: argparse.Namespace, settings: Any, model: str) -> tuple[st
 
 
 async def run_managed(args: argparse.Namespace) -> dict[str, Any]:
-    from workstation.engine.acquire import engine_endpoint
+    from workstation.services import Services
 
     settings = load_settings()
     say = (lambda m: print(f"engine: {m}", file=sys.stderr, flush=True))
-    async with engine_endpoint(settings, url=args.base_url, api_key=args.api_key, model=args.model,
-                               progress=say) as endpoint:
+    async with Services(settings) as services:  # a managed engine started here stops at the end
+        engine = await services.engine(url=args.base_url, api_key=args.api_key, model=args.model)
+        endpoint = await engine.start(progress=say)
         python, tokenizer = bench_tools(args, settings, endpoint.model)
         return await run(args, endpoint, python, tokenizer)
 

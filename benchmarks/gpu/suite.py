@@ -48,6 +48,7 @@ from workstation.engine.chat_client import ChatClient  # noqa: E402
 from workstation.engine.environment import require_engine  # noqa: E402
 from workstation.engine.gpu_memory import read_gpu_memory  # noqa: E402
 from workstation.engine.http import make_http_client  # noqa: E402
+from workstation.engine.host import Launchers  # noqa: E402
 from workstation.engine.launcher import EngineLauncher  # noqa: E402
 from workstation.engine.models import resolve_model  # noqa: E402
 
@@ -233,8 +234,7 @@ async def part_bench(args: argparse.Namespace, results: Results, deadline: float
     bench: dict[str, Any] = results.data.get("engine_bench", {})
     async with make_http_client() as http:
         for profile in ("default", "vllm-defaults"):
-            launcher = EngineLauncher(settings, engine, model, profile=profile,
-                                      log_dir=settings.logs_dir / f"gpu-{profile}")
+            launcher = Launchers(settings, engine, model)(profile, log_dir=settings.logs_dir / f"gpu-{profile}")
             say(f"starting the engine with profile '{profile}'")
             try:
                 await launcher.start(lambda m: say(f"  {m}"))

@@ -60,15 +60,17 @@ class Launchers:
 
     def __call__(self, profile: str | Profile | None = None, env: Mapping[str, str] | None = None, *,
                  port: int | None = None, log_dir: Path | None = None, log_subdir: str = "",
-                 sessions: int | None = None, gpu_memory: Callable[[], list[Any]] | None = None) -> EngineLauncher:
+                 sessions: int | None = None, gpu_memory: Callable[[], list[Any]] | None = None,
+                 extra_args: list[str] | None = None) -> EngineLauncher:
         """An engine with ``profile`` (default: the settings'), extra ``env``, ``port`` (None:
         the settings'; 0: a free one), its log in ``log_dir`` (default: the logs folder, or
-        ``log_subdir`` inside it); ``sessions`` and ``gpu_memory`` as :class:`EngineLauncher`
-        takes them (the sizing of a CUDA profile)."""
+        ``log_subdir`` inside it); ``sessions``, ``gpu_memory`` and ``extra_args`` as
+        :class:`EngineLauncher` takes them (the sizing of a CUDA profile, a trial's flags)."""
         if log_dir is None and log_subdir:
             log_dir = self.settings.logs_dir / log_subdir
         return EngineLauncher(self.settings, self.install, self.model, log_dir=log_dir, profile=profile,
-                              port=port, env=dict(env or {}), sessions=sessions, gpu_memory=gpu_memory)
+                              port=port, env=dict(env or {}), sessions=sessions, gpu_memory=gpu_memory,
+                              extra_args=extra_args)
 
 
 class ManagedEngine(Protocol):

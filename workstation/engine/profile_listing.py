@@ -19,6 +19,7 @@ from workstation.core.errors import UserError
 from workstation.core.profiles import PLATFORMS, PRESETS
 from workstation.engine.environment import EngineInstall, engine_help_text, find_engine
 from workstation.engine.flags import check_flags, known_flags
+from workstation.engine.host import Launchers
 from workstation.engine.launcher import EngineLauncher
 from workstation.engine.models import BUILTIN_MODELS, ModelError, ModelSpec, resolve_model
 
@@ -81,7 +82,7 @@ def list_profiles(settings: Settings, *, platforms: Sequence[str] | None = None,
         for name, profile in PRESETS.items():
             if platform not in profile.platforms:
                 continue
-            launcher = EngineLauncher(settings, engine, spec, profile=name, gpu_memory=gpu_memory)
+            launcher = Launchers(settings, engine, spec)(name, gpu_memory=gpu_memory)
             try:
                 launcher.sizing = launcher.size()
             except UserError as exc:

@@ -46,6 +46,7 @@ from workstation.core.engine_sizing import GpuMemory
 from workstation.core.profiles import STAND_IN_VALUES, Profile, apply_changes, effective
 from workstation.core.traffic import TrafficShape
 from workstation.engine.environment import EngineInstall
+from workstation.engine.host import Launchers
 from workstation.engine.launcher import EngineLauncher
 from workstation.engine.models import ModelSpec
 from workstation.tuning.autotune import Candidate, TuneReport, TuneStep, cv_pct, decide, pooled_noise_pct
@@ -206,9 +207,9 @@ class ScreeningTuner:
 
     async def _start_one(self, trial: Trial, delay_s: float) -> None:
         await asyncio.sleep(delay_s)
-        launcher = EngineLauncher(self.settings, self.engine, self.model, log_dir=self.log_dir / safe_name(trial.label),
-                                  profile=trial.profile, extra_args=self.side.args(), env=self.env,
-                                  gpu_memory=self._gpu_memory, sessions=self.sessions)
+        launcher = Launchers(self.settings, self.engine, self.model)(
+            trial.profile, self.env, log_dir=self.log_dir / safe_name(trial.label), extra_args=self.side.args(),
+            gpu_memory=self._gpu_memory, sessions=self.sessions)
         t0 = time.monotonic()
         try:
             await launcher.start(lambda m: self.progress.emit(f"  [{trial.label}] {m}"))
