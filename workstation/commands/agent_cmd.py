@@ -23,11 +23,14 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from workstation.core.errors import UserError
+
+if TYPE_CHECKING:
+    from workstation.core.approvals import ApprovalDecision, ApprovalRequest
 
 DEFAULT_APPROVE = "read,edit"
 
@@ -133,7 +136,8 @@ class _Printer:
             print(line, flush=True)
 
 
-async def _terminal_approver(request: Any) -> Any:
+async def _terminal_approver(request: ApprovalRequest) -> ApprovalDecision:
+    from workstation.agent.tool_specs import SPECS_BY_NAME
     from workstation.core.approvals import ApprovalDecision
 
     loop = asyncio.get_running_loop()
@@ -141,9 +145,11 @@ async def _terminal_approver(request: Any) -> Any:
     answer = (await loop.run_in_executor(None, input, prompt)).strip().lower()
     if answer.startswith("y"):
         return ApprovalDecision.approve()
-    if answer.startswith("e") and request.tool == "execute_command":
-        command = await loop.run_in_executor(None, input, "command: ")
-        return ApprovalDecision.edit({**request.arguments, "command": command})
+    spec = SPECS_BY_NAME.get(request.tool)
+    subject = spec.approval_subject if spec is not None else ""  # what the rules read: a command line
+    if answer.startswith("e") and subject:
+        value = await loop.run_in_executor(None, input, f"{subject}: ")
+        return ApprovalDecision.edit({**request.arguments, subject: value})
     feedback = await loop.run_in_executor(None, input, "why not (told to the agent): ")
     return ApprovalDecision.deny(feedback.strip())
 

@@ -62,8 +62,8 @@ Running
     ``resolve_approval(sid, request_id, ApprovalDecision…)``, ``pending_approvals()``,
     ``set_max_generating(n)``, ``await wait_settled()`` (nothing working, nothing waiting for
     an engine). ``fleet.streams`` is the app's one token counter (the meters read it);
-    ``tokens_per_s(sid)`` / ``tokens_per_s_total()`` read it. A session whose engine stops answering goes to ``ENGINE_WAIT`` and continues
-    by itself when the engine is back (``EndpointAvailabilityChanged``);
+    ``tokens_per_s(sid)`` / ``tokens_per_s_total()`` read it. A session whose engine stops
+    answering goes to ``ENGINE_WAIT`` and continues by itself when the engine is back (``EndpointAvailabilityChanged``);
     ``update_endpoint(endpoint)`` after a managed engine restarted on a new port/key (same
     name) moves its sessions there. With several endpoints a new session goes to the least
     loaded one and stays there (prefix-cache locality).

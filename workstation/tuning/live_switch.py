@@ -41,6 +41,12 @@ class LiveSwitch:
         launcher = self.host.launcher
         return None if launcher is None else launcher.profile.name
 
+    @property
+    def platform(self) -> str | None:
+        """The live engine's platform (``cpu`` / ``cuda``): what a profile is folded for."""
+        launcher = self.host.launcher
+        return None if launcher is None else launcher.engine.platform
+
     def blocker(self) -> str | None:
         """Why no switch can start now (None: it can)."""
         if not self.host.managed:

@@ -13,6 +13,7 @@ live engine's owner adopts the engine that serves afterwards (the dock decides n
 from __future__ import annotations
 
 import asyncio
+import functools
 import html
 import os
 from collections.abc import Callable, Mapping
@@ -417,7 +418,8 @@ class TuningDock(QDockWidget):
 
     async def _run_switch(self, switch: LiveSwitch, name: str) -> None:
         try:
-            profile, _ = await asyncio.to_thread(self.store.resolve, name)
+            # folded for the platform the new engine runs on (the live one's)
+            profile, _ = await asyncio.to_thread(functools.partial(self.store.resolve, name, platform=switch.platform))
             report = await switch.run(profile, say=self._say)
         except asyncio.CancelledError:
             self._say("Switch cancelled; the engine running before keeps serving.", error=True)
