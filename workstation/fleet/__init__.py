@@ -36,8 +36,8 @@ Sessions (``SessionSpec`` → ``SessionSummary``)
     ``set_mode(sid, "plan" | "act")``.
 
 Bootstrap and ports (``bootstrap.py``, ``ports.py``)
-    ``Fleet(…, sandbox=SandboxPolicy.from_settings(settings),
-    bootstrap=BootstrapOptions.from_settings(settings))``. Per repository (``repos`` in
+    ``services.fleet()`` passes ``sandbox=SandboxPolicy.from_settings(settings)`` and
+    ``bootstrap=BootstrapOptions.from_settings(settings)`` to every fleet. Per repository (``repos`` in
     settings, or the spec's ``copy_files`` / ``link_files`` / ``setup_command`` / ``ports`` /
     ``run_command``): files copied or linked into each new worktree, a setup command run
     once inside the sandbox (output in the transcript as a ``setup`` tool call; a failure
