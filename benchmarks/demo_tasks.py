@@ -34,10 +34,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from workstation.config import load_settings  # noqa: E402
 from workstation.core import agent_events as ev  # noqa: E402
 from workstation.core.session_state import SessionState  # noqa: E402
-from workstation.engine.acquire import engine_endpoint, external_endpoint  # noqa: E402
-from workstation.engine.http import make_http_client  # noqa: E402
-from workstation.fleet import Fleet, real_agent_factory  # noqa: E402
+from workstation.engine.acquire import external_endpoint  # noqa: E402
 from workstation.fleet.demo_run import demo_specs, prepare_demo  # noqa: E402
+from workstation.services import Services  # noqa: E402
 
 TEST_TIMEOUT_S = 120.0
 
@@ -95,10 +94,9 @@ async def run(args: argparse.Namespace, endpoint, settings) -> dict:  # type: ig
 
     t0 = time.monotonic()
     timed_out = False
-    async with make_http_client() as http:
-        factory = real_agent_factory.from_settings(http, settings)
-        fleet = Fleet(data_dir=work / "data", endpoints=[endpoint], http=http, agent_factory=factory,
-                      max_generating=args.concurrency, resume_on_start=False)
+    async with Services(settings) as services:
+        fleet = services.fleet(endpoints=[endpoint], data_dir=work / "data", max_generating=args.concurrency,
+                               resume_on_start=False)
         fleet.agent_event.connect(on_agent)
         await fleet.start()
         try:
@@ -166,8 +164,9 @@ async def main(args: argparse.Namespace) -> dict:
     if args.endpoint:
         endpoint = await external_endpoint(args.endpoint, args.api_key, args.model)
         return await run(args, endpoint, settings)
-    async with engine_endpoint(settings, model=args.model or "smollm2",
-                               progress=lambda m: print(f"engine: {m}", file=sys.stderr)) as endpoint:
+    async with Services(settings) as services:  # the managed engine, stopped at the end
+        engine = await services.engine(model=args.model or "smollm2")
+        endpoint = await engine.start(progress=lambda m: print(f"engine: {m}", file=sys.stderr))
         return await run(args, endpoint, settings)
 
 

@@ -81,13 +81,10 @@ async def _bench(endpoint: Endpoint, chars: int) -> list[dict]:
 
 async def _managed(args: argparse.Namespace) -> list[dict]:
     from workstation.config import load_settings
-    from workstation.engine.environment import require_engine
-    from workstation.engine.launcher import EngineLauncher
-    from workstation.engine.models import resolve_model
+    from workstation.engine.host import Launchers
 
     settings = load_settings()
-    launcher = EngineLauncher(settings, require_engine(settings), resolve_model(settings, args.model),
-                              log_dir=Path(tempfile.mkdtemp(prefix="ws-rules-engine-")))
+    launcher = Launchers.from_settings(settings, args.model)(log_dir=Path(tempfile.mkdtemp(prefix="ws-rules-engine-")))
     try:
         endpoint = await launcher.start(lambda m: print(m, file=sys.stderr, flush=True))
         return await _bench(endpoint, args.rules_chars)

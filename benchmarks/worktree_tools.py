@@ -36,7 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workstation.agent.sandbox import NetworkAccess, SandboxPolicy, probe_bwrap  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
+from workstation.config import load_settings  # noqa: E402
 from workstation.fleet import Fleet, SessionSpec  # noqa: E402
+from workstation.services import Services  # noqa: E402
 
 GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@example.invalid",
            "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
@@ -124,9 +126,9 @@ async def main(args: argparse.Namespace) -> dict:
     try:
         repo = make_repo(scratch)
         data = scratch / "data"
-        async with httpx.AsyncClient() as http:
-            fleet = Fleet(data_dir=data, endpoints=[EP], agent_factory=never, http=http,
-                          sandbox=SandboxPolicy(app_data_dirs=(str(data),)))
+        async with httpx.AsyncClient() as http, Services(load_settings(), http=http) as services:
+            fleet = services.fleet(endpoints=[EP], data_dir=data, agent_factory=never,
+                                   sandbox=SandboxPolicy(app_data_dirs=(str(data),)))
             await fleet.start()
             plain_s, _ = await timed_create(fleet, SessionSpec(task="plain", repo=str(repo)), args.sessions)
             boot_s, _ = await timed_create(fleet, SessionSpec(
@@ -144,9 +146,9 @@ async def main(args: argparse.Namespace) -> dict:
             merge_s = time.perf_counter() - t0
             assert report.ok, report.reason
             await fleet.aclose()
-            direct = Fleet(data_dir=scratch / "data-host", endpoints=[EP], agent_factory=never, http=http,
-                           sandbox=SandboxPolicy(app_data_dirs=(str(scratch / "data-host"),),
-                                                 network=NetworkAccess.HOST))
+            direct = services.fleet(endpoints=[EP], data_dir=scratch / "data-host", agent_factory=never,
+                                    sandbox=SandboxPolicy(app_data_dirs=(str(scratch / "data-host"),),
+                                                          network=NetworkAccess.HOST))
             await direct.start()
             direct_rps, direct_mbs, direct_bridged = await serve_numbers(direct, repo, "direct", args)
             await direct.aclose()

@@ -152,11 +152,11 @@ class Services:
     def fleet(self, *, endpoints: Sequence[Endpoint] | None = None, data_dir: Path | None = None,
               agent_factory: AgentFactory | None = None, max_generating: int | None = None,
               resume_on_start: bool = True, store_path: Path | None = None,
-              engine_poll_s: float = 2.0) -> Fleet:
+              engine_poll_s: float = 2.0, sandbox: SandboxPolicy | None = None) -> Fleet:
         """A fleet on ``endpoints`` (default: the live engine's, followed across restarts and
         switches) with its store and worktrees under ``data_dir`` (default: the settings');
-        its agents, worktree set-ups, dev servers and merges run under ``settings.sandbox``, its
-        worktrees bootstrap and get ports as ``settings`` say."""
+        its agents, worktree set-ups, dev servers and merges run under ``settings.sandbox`` (or
+        ``sandbox``, a benchmark's own), its worktrees bootstrap and get ports as ``settings`` say."""
         follow = endpoints is None
         if endpoints is None:
             endpoints = self._require_engine().endpoints()
@@ -165,7 +165,7 @@ class Services:
             agent_factory=agent_factory or self.agent_factory(), http=self.http,
             max_generating=max_generating or self.settings.fleet.max_generating,
             resume_on_start=resume_on_start, store_path=store_path, engine_poll_s=engine_poll_s,
-            sandbox=self.sandbox_policy(), bootstrap=BootstrapOptions.from_settings(self.settings),
+            sandbox=sandbox or self.sandbox_policy(), bootstrap=BootstrapOptions.from_settings(self.settings),
         )
         if follow:
             self.follow_endpoint(fleet.update_endpoint)
