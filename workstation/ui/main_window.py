@@ -235,7 +235,8 @@ class MainWindow(QMainWindow):
         self.focus.back_requested.connect(self.show_grid)
         self.focus.follow_up.connect(self._on_focus_follow_up)
         self.focus.follow_up_images.connect(
-            lambda sid, text, images: self._command("follow-up", "follow_up", sid, text, tuple(images)))
+            lambda sid, text, images: self._command(
+                "follow-up", lambda c: c.follow_up(sid, text, tuple(images))))
         self.focus.approval.approved.connect(lambda: self._approve_pane(self.focus.pane))
         self.focus.approval.denied.connect(lambda text: self._deny_pane(self.focus.pane, text))
         self.focus.approval.edited.connect(lambda args: self._approve_pane(self.focus.pane, args))
