@@ -152,3 +152,21 @@ def test_edit_line_counts_read_both_marker_forms_the_agent_accepts() -> None:
     assert replace.edit_line_counts({"diff": old_form}) == (1, 2)  # was +0 −0 in the panes
     assert SPECS_BY_NAME["write_to_file"].edit_line_counts({"content": "x\ny"}) == (2, 0)
     assert SPECS_BY_NAME["read_file"].edit_line_counts({"path": "a"}) is None
+
+
+def test_edit_counts_come_from_the_parser_the_agent_applies_edits_with() -> None:
+    """One parser: the counts a pane shows are the lines of the blocks parse_blocks applies, in
+    both marker forms; a malformed or unfinished diff (still streaming) is counted, never raises."""
+    from workstation.agent.diff_blocks import count_changed_lines, parse_blocks
+
+    blocks = parse_blocks(MIXED_FORMS_DIFF)
+    assert count_changed_lines(MIXED_FORMS_DIFF) == (
+        sum(len(b.replace.split("\n")) for b in blocks), sum(len(b.search.split("\n")) for b in blocks)) == (4, 3)
+    assert count_changed_lines("<<<<<<< SEARCH\na\nb\n=======\nc") == (1, 2)  # still streaming
+    assert count_changed_lines("<<<<<<< SEARCH\na\n>>>>>>> REPLACE") == (0, 1)  # no divider
+    assert count_changed_lines("<<<<<<< SEARCH\na\n=======\nb\n------- SEARCH\nc\n=======\n") == (1, 2)
+    assert count_changed_lines("no blocks at all") == (0, 0)
+
+
+MIXED_FORMS_DIFF = ("prose\n<<<<<<< SEARCH\na\nb\n=======\nc\n>>>>>>> REPLACE\n"
+                    "------- SEARCH\nd\n=======\ne\nf\ng\n+++++++ REPLACE\n")

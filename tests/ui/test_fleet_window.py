@@ -4,6 +4,7 @@ talk to the scripted vLLM-format server."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -134,6 +135,7 @@ def test_keyboard_focus_zoom_follow_up_and_back(qtbot, fleet_ui: FleetUI) -> Non
         sid = grid.panes[2].info.session_id
         assert "write_to_file calc.py" in ui.window.focus.transcript.toPlainText()
         await ui.wait(lambda: "+    return a + b" in ui.window.focus.diff.text.toPlainText())
+        assert re.fullmatch(r"\+[1-9]\d* −\d+", ui.window.focus.diff.summary.text())  # the diff's own counts
         qtbot.keyClicks(ui.window.focus.input, "Please follow up with a test")
         qtbot.keyClick(ui.window.focus.input, Qt.Key.Key_Return)
         await ui.wait(lambda: any("follow up" in json.dumps(r) for r in ui.server.requests))

@@ -38,7 +38,22 @@ class Block:
 
 def parse_blocks(diff: str) -> list[Block]:
     """The blocks of ``diff``; lines outside blocks (code fences, prose) are ignored."""
-    blocks: list[Block] = []
+    return [Block("\n".join(search), "\n".join(replace)) for search, replace in _scan(diff, strict=True)]
+
+
+def count_changed_lines(diff: str) -> tuple[int, int]:
+    """(added, removed): the lines of the REPLACE and SEARCH parts of ``diff``, read by the
+    same parser as :func:`parse_blocks` in its forgiving mode; never fails (what a pane shows
+    of a proposed edit, malformed or not)."""
+    blocks = _scan(diff, strict=False)
+    return sum(len(r) for _, r in blocks), sum(len(s) for s, _ in blocks)
+
+
+def _scan(diff: str, *, strict: bool) -> list[tuple[list[str], list[str]]]:
+    """Each block's (SEARCH lines, REPLACE lines). ``strict``: a malformed block raises
+    :class:`DiffError` with a message for the model; otherwise it ends where the next
+    marker or the text does, with what it has (a diff still streaming, a slip of the model)."""
+    blocks: list[tuple[list[str], list[str]]] = []
     search: list[str] | None = None
     replace: list[str] | None = None
     for line in diff.replace("\r\n", "\n").split("\n"):
@@ -50,54 +65,39 @@ def parse_blocks(diff: str) -> list[Block]:
             if _DIVIDER.match(line):
                 replace = []
             elif _END.match(line):
-                raise DiffError(
-                    f"block {len(blocks) + 1} has no ======= line between SEARCH and REPLACE. "
-                    f"Each block looks like:\n{FORMAT_HELP}"
-                )
+                if strict:
+                    raise DiffError(
+                        f"block {len(blocks) + 1} has no ======= line between SEARCH and REPLACE. "
+                        f"Each block looks like:\n{FORMAT_HELP}"
+                    )
+                blocks.append((search, []))
+                search = None
             else:
                 search.append(line)
             continue
         if _END.match(line):
-            blocks.append(Block("\n".join(search), "\n".join(replace)))
+            blocks.append((search, replace))
             search = replace = None
         elif _START.match(line):
-            raise DiffError(f"block {len(blocks) + 1} is not closed with +++++++ REPLACE")
+            if strict:
+                raise DiffError(f"block {len(blocks) + 1} is not closed with +++++++ REPLACE")
+            blocks.append((search, replace))
+            search, replace = [], None
         else:
             replace.append(line)
     if search is not None:
-        raise DiffError(
-            f"block {len(blocks) + 1} is not finished (missing "
-            f"{'=======' if replace is None else '+++++++ REPLACE'}). Each block looks like:\n{FORMAT_HELP}"
-        )
-    if not blocks:
+        if strict:
+            raise DiffError(
+                f"block {len(blocks) + 1} is not finished (missing "
+                f"{'=======' if replace is None else '+++++++ REPLACE'}). Each block looks like:\n{FORMAT_HELP}"
+            )
+        tail = search if replace is None else replace
+        if tail and tail[-1] == "" and diff.endswith("\n"):
+            tail.pop()  # the text's last newline ends a line; no empty line follows it
+        blocks.append((search, replace or []))
+    if strict and not blocks:
         raise DiffError(f"no SEARCH/REPLACE block found in diff. Each block looks like:\n{FORMAT_HELP}")
     return blocks
-
-
-def count_changed_lines(diff: str) -> tuple[int, int]:
-    """(added, removed): the lines of the REPLACE and SEARCH parts of ``diff``, read by the
-    same markers :func:`parse_blocks` accepts; never fails (what a pane shows of a proposed
-    edit, malformed or not)."""
-    added = removed = 0
-    section: str | None = None
-    for line in diff.replace("\r\n", "\n").split("\n"):
-        if section is None:
-            if _START.match(line):
-                section = "search"
-        elif section == "search":
-            if _DIVIDER.match(line):
-                section = "replace"
-            elif _END.match(line):
-                section = None
-            else:
-                removed += 1
-        elif _END.match(line):
-            section = None
-        elif _START.match(line):
-            section = "search"
-        else:
-            added += 1
-    return added, removed
 
 
 def _whole_line_matches(content: str, needle: str) -> list[int]:

@@ -59,13 +59,6 @@ def protocol_label(protocol: ev.ToolProtocol) -> str:
     return "guided" if protocol is ev.ToolProtocol.GUIDED else "full"
 
 
-def edit_counts(tool: str, arguments: dict[str, Any]) -> tuple[int, int] | None:
-    """(+added, −removed) lines an edit tool call proposes, or None for other tools (the
-    tool's spec counts them, with the agent's own SEARCH/REPLACE markers)."""
-    spec = SPECS_BY_NAME.get(tool)
-    return spec.edit_line_counts(arguments) if spec is not None else None
-
-
 def tool_line(event: ev.ToolCallStarted) -> tuple[str, str]:
     """(compact line, details) for a tool call."""
     spec = SPECS_BY_NAME.get(event.tool)

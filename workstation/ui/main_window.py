@@ -36,7 +36,7 @@ from workstation.ui.icons_fallback import safe_app_icon, safe_icon
 from workstation.ui.panes.focus_view import FocusView
 from workstation.ui.panes.session_pane import PaneInfo, SessionPane
 from workstation.ui.panes.tile_grid import TileGrid
-from workstation.ui.panes.transcript_doc import TranscriptDoc
+from workstation.ui.panes.transcript_doc import TranscriptDoc, diff_counts
 from workstation.ui.sandbox_banner import SandboxBanner
 from workstation.ui.session_actions import SessionActions
 from workstation.ui.status_line import session_summary_line
@@ -528,8 +528,7 @@ class MainWindow(QMainWindow):
         async def load() -> None:
             text = await commands.diff(session_id)
             if self.focus.pane is pane:
-                added = sum(1 for ln in text.splitlines() if ln.startswith("+") and not ln.startswith("+++"))
-                removed = sum(1 for ln in text.splitlines() if ln.startswith("-") and not ln.startswith("---"))
+                added, removed = diff_counts(text)
                 self.focus.diff.set_diff(text, f"+{added} −{removed}" if text else "")
 
         self.tasks.spawn(load(), "diff")
