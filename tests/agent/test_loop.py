@@ -299,3 +299,25 @@ async def test_run_twice_at_once_is_refused(server: ScriptedServer, make_agent) 
     else:
         raise AssertionError("a second run() must be refused")
     assert (await first).ok
+
+
+async def test_an_os_error_of_a_tool_is_a_tool_error_not_a_crash(server: ScriptedServer, make_agent) -> None:
+    """A path the system refuses (a name longer than 255 bytes: ENAMETOOLONG from the path
+    jail's realpath, for reads and writes alike) comes back to the model as the tool's
+    error, and the session goes on (two mistakes stay under the limit of three)."""
+    long_name = "x" * 300
+    server.push(
+        call("read_file", path=long_name),
+        call("write_to_file", path=f"docs/{long_name}.md", content="x"),
+        DONE,
+    )
+    agent, rec = make_agent(server)
+    outcome = await agent.run()
+    assert outcome.status is RunStatus.COMPLETED and outcome.result == "finished"
+    results = rec.results()
+    assert [r.status for r in results[:2]] == ["error"] * 2
+    assert all("File name too long" in r.result and "Traceback" not in r.result for r in results[:2])
+    assert "use a shorter path" in results[0].result
+    assert not rec.of(ev.ErrorOccurred)
+    sent = orjson.dumps(server.requests[1]["messages"][-1]).decode()
+    assert "[ERROR] the system refused" in sent

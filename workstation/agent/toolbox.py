@@ -9,6 +9,7 @@ the session's jail, its settings and the pool.
 from __future__ import annotations
 
 import asyncio
+import errno
 import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,6 +31,21 @@ def tool_executor() -> ThreadPoolExecutor:
     if _executor is None:
         _executor = ThreadPoolExecutor(max_workers=TOOL_THREADS, thread_name_prefix="agent-tools")
     return _executor
+
+
+def os_error_message(exc: OSError, args: dict[str, Any]) -> str:
+    """An error of the operating system as the model reads it: what failed, for which path,
+    and what to do, never a traceback (a tool's own checks name the common cases first)."""
+    why = exc.strerror or str(exc) or type(exc).__name__
+    path = args.get("path")
+    if isinstance(path, str) and path:
+        shown = path if len(path) <= 80 else f"{path[:60]}…({len(path)} characters)"
+        what = f"the system refused '{shown}': {why}"
+    else:
+        what = f"the system refused this call: {why}"
+    if exc.errno == errno.ENAMETOOLONG:
+        what += "; use a shorter path (each name at most 255 bytes)"
+    return what
 
 
 class Toolbox:
@@ -55,7 +71,10 @@ class Toolbox:
             runner = spec.run if spec is not None else None
             if runner is None:
                 raise ToolError(f"{tool} cannot run here")
-        return await runner(self, args, CallOptions(on_output, attended))
+        try:
+            return await runner(self, args, CallOptions(on_output, attended))
+        except OSError as exc:  # the system refused (a name too long, no space, permissions…)
+            raise ToolError(os_error_message(exc, args)) from None
 
     async def environment_listing(self, max_entries: int) -> str:
         try:
