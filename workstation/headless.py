@@ -179,8 +179,9 @@ class LiveTable:
             self.draw(rows, time.monotonic() - t0)
             await asyncio.sleep(refresh_s)
 
-    def draw(self, rows: list[SessionSummary], elapsed_s: float, *, final_table: bool = False) -> None:
-        lines = render_table(rows, elapsed_s, color=self.tty, final_table=final_table)
+    def draw(self, rows: list[SessionSummary], elapsed_s: float, *, final_table: bool = False,
+             errors: bool = True) -> None:
+        lines = render_table(rows, elapsed_s, color=self.tty, final_table=final_table, errors=errors)
         if self.tty and self._lines:
             self.out.write(f"\x1b[{self._lines}F\x1b[J")
         self.out.write("\n".join(lines) + "\n")
@@ -197,7 +198,9 @@ def _fit(text: str, width: int) -> str:
 
 
 def render_table(rows: list[SessionSummary], elapsed_s: float, *, color: bool = False,
-                 final_table: bool = False, max_rows: int = 64) -> list[str]:
+                 final_table: bool = False, max_rows: int = 64, errors: bool = True) -> list[str]:
+    """The table; the final one ends with each failed session's error unless ``errors`` is
+    False (``workstation run`` says why every session ended below it)."""
     name_w = min(max([7, *(len(r.name) for r in rows)]), 32)
     head = f"{'session':<{name_w}}  {'state':<17} {'prompt':>8} {'gen':>7} {'cached':>8} {'tok/s':>7}  endpoint"
     lines = [head, "-" * len(head)]
@@ -224,7 +227,7 @@ def render_table(rows: list[SessionSummary], elapsed_s: float, *, color: bool = 
         + f"│ {('avg ' + format(avg, '.1f')) if final_table else format(live, '.1f')} tok/s │ {elapsed_s:.0f} s"
     )
     failed = [r for r in rows if r.state in (SessionState.FAILED, SessionState.ENGINE_WAIT) and r.error]
-    if final_table:
+    if final_table and errors:
         for r in failed[:8]:
             lines.append(f"  {r.name}: {r.error}")
     return lines

@@ -184,3 +184,57 @@ count = 2
     seen = {(tree / "setup.txt").read_text() for tree in trees}
     assert len(seen) == 2 and all(s.startswith("setup-saw-2") for s in seen)  # two distinct ports
     assert all((tree / ".env").read_text() == "TOKEN_FILE=local\n" for tree in trees)
+
+
+def _finish_or_flounder(body: dict, n: int):  # type: ignore[no-untyped-def]
+    """token=ok: write a file, then finish; token=bad: call a tool that does not exist until
+    the mistakes limit stops the session."""
+    from tests.fleet.agent_script import token_of
+    from tests.helpers.scripted_server import Reply, ToolCall
+
+    messages = body.get("messages", [])
+    if token_of(messages) == "bad":
+        return Reply(tool_calls=[ToolCall("no_such_tool", {})])
+    step = sum(1 for m in messages if m.get("role") == "assistant")
+    if step == 0:
+        return Reply(tool_calls=[ToolCall("write_to_file", {"path": "notes/ok.txt", "content": "ok\n"})])
+    return Reply(tool_calls=[ToolCall("attempt_completion", {"result": "wrote notes/ok.txt"})])
+
+
+def test_run_says_why_each_session_ended_and_what_the_exit_status_means(
+        tmp_path: Path, git_repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    tasks = tmp_path / "fleet.toml"
+    tasks.write_text(f'''
+[defaults]
+repo = "{git_repo}"
+auto_approve = "all"
+
+[[session]]
+task = "Write it. token=ok"
+name = "writes"
+
+[[session]]
+task = "Flounder. token=bad"
+name = "flounders"
+''')
+    with ScriptedServer(responder=_finish_or_flounder).in_thread() as server:
+        code = _main(["--tasks", str(tasks), "--endpoint", server.base_url, "--api-key", server.api_key,
+                      "--model", server.model, "--json"], tmp_path / "data")
+    out = capsys.readouterr().out
+    assert code == 1, out
+    lines = out.strip().splitlines()
+    summary = json.loads(lines[-1])
+    assert summary["sessions"] == 2 and summary["states"] == {"done": 1, "needs_input": 1}  # today's totals stay
+    assert summary["completion_tokens"] > 0
+    detail = {d["name"]: d for d in summary["sessions_detail"]}
+    assert set(detail) == {"writes", "flounders"}
+    assert detail["writes"]["state"] == "done" and detail["writes"]["branch"] == "ws/writes"
+    assert detail["writes"]["reason"] == "finished its task: wrote notes/ok.txt"
+    assert detail["writes"]["changed_files"] == ["notes/ok.txt"]
+    assert detail["flounders"]["state"] == "needs_input" and detail["flounders"]["changed_files"] == []
+    assert "3 mistakes" in detail["flounders"]["reason"]
+    text = "\n".join(lines[:-1])
+    assert "writes: finished its task: wrote notes/ok.txt" in text
+    assert f"branch ws/writes in {git_repo}" in text and "1 file changed (notes/ok.txt)" in text
+    assert "flounders: waits for a person: made 3 mistakes" in text and "no changes" in text
+    assert "exit status 1: 1 of 2 sessions did not finish their task (1 needs input)" in text

@@ -10,8 +10,9 @@
 
 Without ``--endpoint`` it starts the managed engine for the run and stops it after. Sessions
 are headless: nobody approves, so actions outside ``--auto-approve`` are refused back to the
-model, and questions are answered "decide yourself". Exit status 0 when every session of the
-run finished its task, 1 when any failed, stopped or gave up, 2 for a usage mistake.
+model, and questions are answered "decide yourself". It ends with why each session ended, its
+branch and what it changed, and what the exit status means: 0 when every session of the run
+finished its task, 1 when any failed, stopped or gave up, 2 for a usage mistake.
 """
 
 from __future__ import annotations
@@ -195,6 +196,7 @@ async def _check_images(entries: list, endpoints: list, http, settings) -> None:
 
 
 async def _main(args: argparse.Namespace) -> int:
+    from workstation.commands.run_report import EndReasons, exit_meaning, render_endings, session_details
     from workstation.config import load_settings
     from workstation.headless import LiveTable, run_summary
     from workstation.services import Services
@@ -220,6 +222,7 @@ async def _main(args: argparse.Namespace) -> int:
         else:  # on the live engine, followed if it restarts
             fleet = services.fleet(max_generating=args.max_generating, resume_on_start=args.resume)
         await fleet.start()
+        reasons = EndReasons(fleet)
         scope: list[str] = []
         try:
             if args.resume:
@@ -256,10 +259,14 @@ async def _main(args: argparse.Namespace) -> int:
             return 130
         final = [fleet.summary(sid) for sid in scope if sid in {s.session_id for s in fleet.sessions()}]
         wall = time.monotonic() - t0
-        table.draw(final, wall, final_table=True)
+        table.draw(final, wall, final_table=True, errors=False)
+        details = await session_details(fleet, final, reasons)
+        reasons.close()
+        code = 0 if final and all(s.state is SessionState.DONE for s in final) else 1
+        print("\n".join(["", *render_endings(details), exit_meaning(code, details)]))
         if args.json:
             summary = run_summary(final, wall)
             summary["tokens_by_model"] = _tokens_by_model(fleet, final, endpoints)
+            summary["sessions_detail"] = details
             print(orjson.dumps(summary).decode())
-        ok = final and all(s.state is SessionState.DONE for s in final)
-        return 0 if ok else 1
+        return code
