@@ -429,6 +429,11 @@ def run_gui(args: argparse.Namespace | None = None) -> int:
 
     from workstation.ui.theme import apply_theme
 
+    from workstation.ui.qt_platform import check_platform, preflight_message
+
+    platform = check_platform()
+    if not platform.platform_plugin_ok:  # before Qt aborts with exit 134 and no names
+        raise UserError(preflight_message(platform))
     settings = load_settings()
     demo = demo_request(args, settings) if args is not None and args.func is not None else None
     if demo is not None and getattr(args, "endpoint", None):

@@ -56,6 +56,15 @@ def sandbox_report(settings) -> dict:  # noqa: ANN001 - Settings, imported lazil
     return asyncio.run(sandbox_status(SandboxPolicy.from_settings(settings))).as_dict()
 
 
+def qt_report() -> dict:
+    """Qt's platform plugin: does it load, which system libraries does it lack, does a window
+    start on it (``ui/qt_platform.py``; a child process takes Qt's abort, not the doctor)."""
+    from workstation.ui.qt_platform import check_platform, window_starts
+
+    report = window_starts(check_platform())
+    return {**report.as_dict(), "fix": report.fix}
+
+
 def collect() -> dict:
     from workstation.engine.environment import find_engine, has_nvidia_gpu
     from workstation.engine.models import BUILTIN_MODELS, check_model_dir, model_dir
@@ -65,7 +74,7 @@ def collect() -> dict:
         "workstation": __version__,
         "python": platform.python_version(),
         "python_path": sys.executable,
-        "qt": _version("PySide6-Essentials") or _version("PySide6"),
+        "qt": qt_report(),
         "data_dir": str(settings.data_dir),
     }
     try:
@@ -97,11 +106,19 @@ def _doctor(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
         return 0
     qt = report["qt"]
+    version = qt["version"]
     print(f"workstation {report['workstation']} on Python {report['python']} ({report['python_path']})")
-    if qt and sys.version_info[:2] == (3, 11) and qt.startswith("6.12.0"):
-        print(f"Qt: PySide6 {qt} — this version crashes on Python 3.11; install 6.11.x")
+    if version and sys.version_info[:2] == (3, 11) and version.startswith("6.12.0"):
+        print(f"Qt: PySide6 {version} — this version crashes on Python 3.11; install 6.11.x")
     else:
-        print(f"Qt: PySide6 {qt}" if qt else "Qt: PySide6 is not installed")
+        print(f"Qt: PySide6 {version}" if version else "Qt: PySide6 is not installed")
+    if qt["platform_plugin_ok"]:
+        started = {True: ", a window starts", False: f"; {qt['start_message']}", None: ""}[qt["window_starts"]]
+        print(f"  platform {qt['platform']}: the plugin loads{started}")
+    elif version:
+        print(f"  platform {qt['platform']}: {qt['message']}")
+        if qt["fix"]:
+            print(f"  to fix it: {qt['fix']} (scripts/setup.sh does it where it can)")
     print(f"data directory: {report['data_dir']}")
     engine = report["engine"]
     if engine is None:
