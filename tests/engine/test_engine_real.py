@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -88,8 +89,17 @@ async def test_tiny_engine_start_stream_stop_restart_leaves_nothing_behind(tmp_p
             text, usage = await ChatClient(http, endpoint).complete(
                 [{"role": "user", "content": "hello"}], max_tokens=8, temperature=0.0
             )
+            emitted: list[str] = []
+            launcher.log_line.connect(emitted.append)
+            for _ in range(3):  # what the meters do every second
+                scrape = await http.get(f"{endpoint.base_url.removesuffix('/v1')}/metrics",
+                                        headers={"Authorization": f"Bearer {endpoint.api_key}"})
+                assert scrape.status_code == 200
+            await asyncio.sleep(1.0)
         assert usage is not None and usage.completion_tokens >= 1
         assert launcher.log_tail and launcher.log_path.read_text()
+        assert launcher.log_path.read_text().count('"GET /metrics HTTP/1.1" 200') >= 3  # the file keeps all
+        assert not [ln for ln in (*launcher.log_tail, *emitted) if "GET /metrics" in ln]  # the dock does not
         assert endpoint.api_key not in launcher.log_path.read_text()
         members = _group_members(first_pid)
         assert members, "the engine runs in its own process group"

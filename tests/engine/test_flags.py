@@ -24,3 +24,13 @@ def test_unknown_flag_is_refused_with_a_suggestion():
 
 def test_values_and_equals_forms_pass():
     check_flags(["--max-num-seqs=8", "--kv-cache-memory-bytes", "1024"], known_flags(HELP))
+
+
+def test_poll_lines_of_the_engine_log() -> None:
+    from workstation.engine.launcher import is_poll_line
+
+    assert is_poll_line('INFO:     127.0.0.1:45232 - "GET /metrics HTTP/1.1" 200 OK')
+    assert is_poll_line('(APIServer pid=7) INFO:     127.0.0.1:51 - "GET /health HTTP/1.1" 200 OK')
+    assert not is_poll_line('INFO:     127.0.0.1:45232 - "GET /metrics HTTP/1.1" 500 Internal Server Error')
+    assert not is_poll_line('INFO:     127.0.0.1:51 - "POST /v1/chat/completions HTTP/1.1" 200 OK')
+    assert not is_poll_line("INFO 12:01 [metrics.py] Avg prompt throughput: 12.0 tokens/s")

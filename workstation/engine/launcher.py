@@ -22,6 +22,7 @@ import collections
 import contextlib
 import logging
 import os
+import re
 import secrets
 import signal
 import socket
@@ -108,6 +109,16 @@ def _env_note(name: str, users: str, final: str | None) -> str:
     owner = "the app's own value" if name in _APP_OWNED_ENV else f"the profile's {final!r}"
     shown = "" if "KEY" in name or "TOKEN" in name else f" ({users!r})"
     return f"{name}: {owner} wins over yours{shown}"
+
+
+_POLL_LINE = re.compile(r'"GET /(?:metrics|health)(?:\?\S*)? HTTP/[\d.]+" 2\d\d\b')
+
+
+def is_poll_line(line: str) -> bool:
+    """An access line of a successful ``GET /metrics`` or ``GET /health`` (the meters scrape
+    every second): kept in the log file, left out of the tail the dock shows. A failed poll
+    stays visible."""
+    return "GET /" in line and _POLL_LINE.search(line) is not None
 
 
 class EngineLauncher:
@@ -384,10 +395,12 @@ class EngineLauncher:
             line = raw.decode("utf-8", "replace").rstrip("\n")
             if self._api_key and self._api_key in line:
                 line = line.replace(self._api_key, "***")
-            self.log_tail.append(line)
             if self._log_file is not None:
                 self._log_file.write(line + "\n")
                 self._log_file.flush()
+            if is_poll_line(line):  # the meters' scrape every second, health checks: file only
+                continue
+            self.log_tail.append(line)
             self.log_line.emit(line)
 
     def _last_lines(self, n: int = 15) -> str:
