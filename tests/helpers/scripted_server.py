@@ -145,10 +145,13 @@ class ScriptedServer:
         responder: Callable[[dict[str, Any], int], Reply | Fault] | None = None,
         model_root: str | None = None,
         adapters: dict[str, str] | None = None,
+        metrics: bool = True,
     ) -> None:
         """``model_root``: the folder ``/v1/models`` reports as the model's ``root`` (vLLM
-        reports the served folder); ``adapters``: LoRA adapters it lists, name → folder."""
+        reports the served folder); ``adapters``: LoRA adapters it lists, name → folder;
+        ``metrics=False``: no ``/metrics`` (HTTP 404), as an outside API answers."""
         self.script: list[Entry] = list(script)
+        self.metrics = metrics
         self.model = model
         self.model_root = model_root
         self.adapters = dict(adapters or {})
@@ -288,6 +291,8 @@ class ScriptedServer:
                      writer: asyncio.StreamWriter) -> bool:
         if path == "/health":
             return await self._send(writer, 200, b"")
+        if path == "/metrics" and not self.metrics:
+            return await self._send(writer, 404, self._error_body(404, "Not Found"))
         if path == "/metrics":
             c = self._counters
             text = (

@@ -115,3 +115,17 @@ async def test_real_engine_meters_match_the_stream(smollm2_engine: Endpoint) -> 
     assert after.generation_tokens_total - before.generation_tokens_total >= 64
     assert after.prompt_tokens_total - before.prompt_tokens_total >= usage.prompt_tokens
     assert max(rates) > 0
+
+
+async def test_an_endpoint_without_metrics_is_no_metrics_not_down() -> None:
+    """An outside OpenAI-compatible server answers chats but has no /metrics (HTTP 404): the
+    sample says so and stays up; the cost meter takes nothing from it."""
+    from tests.helpers.scripted_server import ScriptedServer
+
+    async with ScriptedServer(metrics=False) as server:
+        async with make_http_client() as http:
+            s = MetricsScraper(http, server.endpoint)
+            a = await s.scrape_once()
+            b = await s.scrape_once()
+    assert a.up and not a.has_metrics and "has no engine metrics (HTTP 404)" in (a.error or "")
+    assert b.up and not b.has_metrics and b.generation_tokens_per_s is None and b.running is None

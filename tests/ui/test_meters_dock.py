@@ -88,3 +88,32 @@ def test_csv_export_writes_the_series_off_the_gui_thread(dock, tmp_path, qloop, 
     assert lines[0] == "time_utc,t_s,series,unit,value"
     assert lines[1].endswith(",1.000,gpu0.util_pct,%,50.0") and len(lines) == 2
     assert dock.csv_export.status.text() == f"1 rows written to {out}"
+
+
+def test_the_strip_says_no_metrics_for_an_endpoint_without_them(qtbot, qloop, settings):  # type: ignore[no-untyped-def]
+    """In the window: an endpoint that answers but has no /metrics is "no metrics", never
+    "engine down"."""
+    from tests.helpers.scripted_server import ScriptedServer
+    from tests.ui.conftest import run, wait_until
+    from workstation.engine.http import make_http_client
+    from workstation.ui.main_window import MainWindow
+    from workstation.ui.meters.install import install_meters
+
+    window = MainWindow(settings)
+    qtbot.addWidget(window)
+
+    async def body() -> None:
+        async with make_http_client() as http:
+            with ScriptedServer(metrics=False).in_thread() as server:
+                meters = Meters.from_settings(settings, http, endpoints=[server.endpoint], metrics_interval_s=0.2)
+                strip = install_meters(window, meters, settings)
+                await meters.start()
+                try:
+                    await wait_until(lambda: strip.requests.text() == "no metrics", 20)
+                    assert "has no engine metrics" in strip.requests.toolTip()
+                finally:
+                    await meters.aclose()
+
+    run(qloop, body())
+    window.allow_close()
+    window.close()

@@ -122,6 +122,9 @@ def _table(snap: Any) -> str:
         if not e.up:
             out.append(f"engine  {e.endpoint}: down ({e.error})")
             continue
+        if not e.has_metrics:
+            out.append(f"engine  {e.endpoint}: no metrics ({e.error})")
+            continue
         out.append(
             f"engine  {e.endpoint} ({e.model or '?'}): gen {_fmt(e.generation_tokens_per_s)} tok/s  "
             f"prompt {_fmt(e.prompt_tokens_per_s)} tok/s  run {_fmt(e.running, 'd')} · wait "
@@ -149,7 +152,8 @@ def _line(snap: Any) -> str:
         parts.append("no GPU")
     for e in snap.engines:
         parts.append(f"{e.endpoint} {_fmt(e.generation_tokens_per_s, '.0f')} tok/s "
-                     f"run {_fmt(e.running, 'd')} wait {_fmt(e.waiting, 'd')}" if e.up else f"{e.endpoint} down")
+                     f"run {_fmt(e.running, 'd')} wait {_fmt(e.waiting, 'd')}" if e.up and e.has_metrics
+                     else f"{e.endpoint} no metrics" if e.up else f"{e.endpoint} down")
     if snap.host is not None:
         parts.append(f"CPU {snap.host.cpu_pct:.0f}%")
     return " | ".join(parts)

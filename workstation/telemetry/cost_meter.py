@@ -55,7 +55,7 @@ class CostMeter:
 
     # ----------------------------------------------------------------- inputs
     def on_engine_sample(self, sample: EngineMetricsSample) -> None:
-        if not sample.up:
+        if not sample.up or not sample.has_metrics:
             return
         now = tuple(getattr(sample, f) for f in _TOKEN_FIELDS)
         last = self._last_tokens.get(sample.endpoint)

@@ -21,8 +21,12 @@ from workstation.telemetry.vllm_metrics import (
     EngineMetricsSample,
     MetricsDeriver,
     down_sample,
+    no_metrics_sample,
     parse_metrics,
 )
+
+NO_METRICS_STATUS = frozenset({404, 405, 501})
+"""What an OpenAI-compatible server that is not vLLM answers for ``/metrics``."""
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +72,11 @@ class MetricsScraper:
         try:
             response = await self._http.get(self.url, headers=headers, timeout=timeout)
             t_recv = time.monotonic()
-            if response.status_code != 200:
+            if response.status_code in NO_METRICS_STATUS or (
+                    response.status_code == 200 and "html" in response.headers.get("content-type", "")):
+                sample = no_metrics_sample(self.endpoint.name, f"{self.url} has no engine metrics "
+                                                               f"(HTTP {response.status_code})")
+            elif response.status_code != 200:
                 sample = down_sample(self.endpoint.name, f"/metrics answered HTTP {response.status_code}")
             else:
                 reading = parse_metrics(response.text, (t_send + t_recv) / 2)
@@ -78,7 +86,9 @@ class MetricsScraper:
         except ValueError as exc:  # the text parser refuses malformed exposition
             sample = down_sample(self.endpoint.name, f"malformed /metrics from {self.url}: {exc}")
         if sample.up != self._was_up:
-            if sample.up:
+            if sample.up and not sample.has_metrics:
+                log.info("engine metrics: %s", sample.error)
+            elif sample.up:
                 log.info("engine metrics: %s is up", self.url)
             else:
                 log.warning("engine metrics: %s", sample.error)

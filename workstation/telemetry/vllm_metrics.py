@@ -238,6 +238,9 @@ class EngineMetricsSample:
     t_wall: float
     up: bool
     error: str | None = None
+    has_metrics: bool = True
+    """False: the endpoint answers but exposes no Prometheus ``/metrics`` (an outside API):
+    "no metrics", not down; every meter field is then None."""
     model: str | None = None
     interval_s: float | None = None
     """Seconds between this scrape and the previous one (the tok/s window)."""
@@ -388,3 +391,9 @@ def _went_down(prev: MetricsReading, cur: MetricsReading) -> bool:
 def down_sample(endpoint: str, error: str) -> EngineMetricsSample:
     """The sample of an endpoint that did not answer."""
     return EngineMetricsSample(endpoint=endpoint, t_mono=time.monotonic(), t_wall=time.time(), up=False, error=error)
+
+
+def no_metrics_sample(endpoint: str, why: str) -> EngineMetricsSample:
+    """The sample of an endpoint that answers but has no ``/metrics`` (not an engine down)."""
+    return EngineMetricsSample(endpoint=endpoint, t_mono=time.monotonic(), t_wall=time.time(), up=True,
+                               error=why, has_metrics=False)

@@ -123,7 +123,14 @@ class MeterStrip(QFrame):
     def on_engine(self, sample: EngineMetricsSample) -> None:
         if not sample.up:
             self.requests.setText("engine down")
+            self.requests.setToolTip(sample.error or "")
             return
+        if not sample.has_metrics:  # an outside endpoint: the streams' rate still shows
+            self._engine_rate = None
+            self.requests.setText("no metrics")
+            self.requests.setToolTip(f"{sample.error}; throughput is counted from the streams")
+            return
+        self.requests.setToolTip("")
         self._engine_rate = sample.generation_tokens_per_s
         self._show_rate()
         self.requests.setText(f"run {fmt(sample.running)} · wait {fmt(sample.waiting)}")
