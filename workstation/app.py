@@ -219,8 +219,12 @@ class Application:
         def options() -> RecordingOptions:
             return RecordingOptions(path=default_recording_path(self.settings.recordings_dir), overlay=True)
 
+        def saved(message: str) -> None:
+            window.show_status(message, 60000)
+            window.attention.notify("workstation", message)
+
         action = create_record_action(recorder, window, options, overlay_source=self.overlay_values,
-                                      on_error=window.show_error, parent=window)
+                                      on_error=window.show_error, on_saved=saved, parent=window)
         window.install_record_action(action)
         window.statusBar().addPermanentWidget(RecordingIndicator(recorder))
         self.recorder = recorder

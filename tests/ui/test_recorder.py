@@ -329,10 +329,11 @@ def test_indicator_and_manual_stop(window, qtbot, tmp_path) -> None:
 def test_record_action_follows_the_recorder(window, qtbot, tmp_path) -> None:
     recorder = Recorder()
     errors: list[str] = []
+    saved: list[str] = []
     paths = iter([tmp_path / "a.mp4", tmp_path / "b.mp4"])
     action = create_record_action(recorder, lambda: window,
                                   lambda: RecordingOptions(path=next(paths), duration_s=0.5),
-                                  on_error=errors.append)
+                                  on_error=errors.append, on_saved=saved.append)
     assert action.isCheckable() and action.shortcut().toString() == "Ctrl+R"
     action.trigger()
     assert action.isChecked() and action.text() == "Stop"
@@ -341,6 +342,9 @@ def test_record_action_follows_the_recorder(window, qtbot, tmp_path) -> None:
     qtbot.waitUntil(lambda: recorder.state is RecorderState.IDLE, timeout=20_000)
     assert not action.isChecked() and action.isEnabled()  # stopped by itself: action follows
     assert (tmp_path / "a.mp4").stat().st_size > 0
+    qtbot.waitUntil(lambda: bool(saved), timeout=5_000)  # it says where the file is
+    assert saved == [f"Recording saved: {tmp_path / 'a.mp4'} (0:00, {window.width() - window.width() % 2}×"
+                     f"{window.height() - window.height() % 2}, {(tmp_path / 'a.mp4').stat().st_size / 1e6:.1f} MB)"]
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where a folder should be")
     bad = create_record_action(recorder, window,

@@ -19,7 +19,7 @@ from workstation.core.errors import UserError
 from workstation.ui.recorder.indicator import REC_COLOR
 from workstation.ui.recorder.options import RecordingOptions
 from workstation.ui.recorder.overlay import OverlaySource
-from workstation.ui.recorder.recorder import Recorder, RecorderState
+from workstation.ui.recorder.recorder import Recorder, RecorderState, RecordingResult
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +42,13 @@ def create_record_action(
     *,
     overlay_source: OverlaySource | None = None,
     on_error: Callable[[str], None] | None = None,
+    on_saved: Callable[[str], None] | None = None,
     parent: QObject | None = None,
 ) -> QAction:
     """A "Rec" action: starts recording ``target`` (a widget, or a callable giving one, e.g.
     the focused pane) with fresh options from ``make_options``, or stops. Problems go to
-    ``on_error`` (e.g. ``window.show_error``) as plain messages."""
+    ``on_error`` (e.g. ``window.show_error``) as plain messages; where a finished recording
+    was saved goes to ``on_saved`` (:func:`saved_message`)."""
     action = QAction(_icon("record", REC_COLOR), "Rec", parent or recorder)
     action.setCheckable(True)
     action.setShortcut(QKeySequence("Ctrl+R"))
@@ -75,5 +77,15 @@ def create_record_action(
     recorder.state_changed.connect(refresh)
     if on_error is not None:
         recorder.failed.connect(on_error)
+    if on_saved is not None:
+        recorder.finished.connect(lambda result: on_saved(saved_message(result)) if result.ok else None)
     refresh()
     return action
+
+
+def saved_message(result: RecordingResult) -> str:
+    """``Recording saved: /path/demo.mp4 (1:23, 1280×720, 41.2 MB)``."""
+    minutes, seconds = divmod(round(result.duration_s), 60)
+    size = f", {result.bytes_written / 1e6:.1f} MB" if result.bytes_written else ""
+    return (f"Recording saved: {result.path} ({minutes}:{seconds:02d}, "
+            f"{result.width_px}×{result.height_px}{size})")
