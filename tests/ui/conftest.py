@@ -88,6 +88,8 @@ def agent_responder(body: dict[str, Any], n: int) -> Reply:
     last = body["messages"][-1]
     if last.get("role") == "tool" or (last.get("role") == "user" and n and "denied" in str(last.get("content", ""))):
         return Reply(text="Done.", tool_calls=[ToolCall("attempt_completion", {"result": "add() adds now."})])
+    if last.get("role") == "user" and "read it first" in str(last.get("content", "")).lower():
+        return Reply(text="Let me look.", tool_calls=[ToolCall("read_file", {"path": "calc.py"})])
     if last.get("role") == "user" and "follow" in str(last.get("content", "")).lower():
         return Reply(text="On it.", tool_calls=[ToolCall("attempt_completion", {"result": "followed up"})])
     return Reply(

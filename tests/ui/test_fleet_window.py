@@ -239,3 +239,22 @@ def test_pane_says_which_protocol_a_session_uses(qtbot, fleet_ui: FleetUI) -> No
         assert pane.info.protocol == "guided" and pane.info.where().endswith("· Act · guided")
 
     ui.play(body)
+
+
+def test_ask_before_every_action_asks_for_reads_too(qtbot, fleet_ui: FleetUI) -> None:  # type: ignore[no-untyped-def]
+    """"Ask before every action" means every action: a read waits for approval too; the
+    default ("Run reads, ask before edits and commands") lets it run."""
+    ui = fleet_ui
+
+    async def body() -> None:
+        from workstation.ui.dialogs.new_session import AUTO_APPROVE
+
+        assert AUTO_APPROVE[0][0] == "reads" and AUTO_APPROVE[1] == ("ask", "Ask before every action, reads too")
+        (asks,) = await ui.create(task="Fix add() in calc.py; read it first", auto_approve="ask")
+        await ui.wait(lambda: ui.state(asks) is S.AWAITING_APPROVAL)
+        assert "read_file calc.py" in ui.window.panes[asks].approval.summary.text()
+        (reads,) = await ui.create(task="Fix add() in calc.py; read it first", auto_approve="reads")
+        await ui.wait(lambda: ui.state(reads) is S.DONE)
+        assert ui.state(asks) is S.AWAITING_APPROVAL
+
+    ui.play(body)

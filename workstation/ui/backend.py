@@ -27,8 +27,9 @@ class NewSessionRequest:
     base_branch: str = ""
     mode: str = "act"
     """``plan`` or ``act``."""
-    auto_approve: str = "ask"
-    """``ask`` (every action waits), ``edits`` (file edits run, commands ask) or ``all``."""
+    auto_approve: str = "reads"
+    """``reads`` (reads run, the rest waits), ``ask`` (every action waits, reads too),
+    ``edits`` (reads and file edits run, commands ask) or ``all``."""
     copies: int = 1
     endpoint_name: str = ""
     name: str = ""

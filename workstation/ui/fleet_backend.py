@@ -15,11 +15,13 @@ from workstation.fleet.session import SessionSpec
 from workstation.ui.backend import MergePlan, NewSessionRequest, SessionTools
 
 AUTO_APPROVE_CATEGORIES = {
-    "ask": ("read",),
+    "ask": ("none",),
+    "reads": ("read",),
     "edits": ("read", "edit"),
     "all": ("all",),
 }
-"""The dialog's policy names → the fleet's auto-approved tool categories (reads never ask)."""
+"""The dialog's policy names → the fleet's auto-approved tool categories (``ask``: every
+action asks, reads too; ``none`` because an empty list means the default, reads)."""
 
 
 def spec_from_request(request: NewSessionRequest) -> SessionSpec:

@@ -37,8 +37,9 @@ BAD_REF = re.compile(r"(\s|\.\.|[~^:?*\[\\]|@\{|^-|/$|\.lock$|^/|//)")
 MAX_COPIES = 64
 
 AUTO_APPROVE = (
-    ("ask", "Ask before every action"),
-    ("edits", "Run file edits, ask before commands"),
+    ("reads", "Run reads, ask before edits and commands"),
+    ("ask", "Ask before every action, reads too"),
+    ("edits", "Run reads and file edits, ask before commands"),
     ("all", "Run everything (inside the session's limits)"),
 )
 
