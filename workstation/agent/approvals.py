@@ -59,12 +59,12 @@ async def request_approval(
     approver: Callable[[ApprovalRequest], Awaitable[ApprovalDecision]] | None,
     emit: Callable[[ev.AgentEvent], None],
     *, session_id: str, call_id: str, tool: str, category: ToolCategory, arguments: dict[str, Any],
-    summary: str, reason: str, on_wait: Callable[[], None] = lambda: None,
+    summary: str, reason: str, on_wait: Callable[[], None] = lambda: None, preview: str = "",
 ) -> ApprovalDecision | None:
     """Ask ``approver`` about one action, with the events; None when nobody can approve. The
     request the approver gets is the ``ApprovalRequested`` event itself."""
     request = ev.ApprovalRequested(f"{session_id}:approval:{next(_request_ids)}", session_id, call_id, tool,
-                                   category, dict(arguments), summary, reason)
+                                   category, dict(arguments), summary, reason, preview)
     emit(request)
     if approver is None:
         emit(ev.ApprovalResolved(session_id, request.request_id, False, "no one can approve in this session",

@@ -22,6 +22,7 @@ from workstation.agent import prompts
 from workstation.agent.approvals import request_approval
 from workstation.agent.checkpoints import CheckpointError, CheckpointStore
 from workstation.agent.config import AgentConfig
+from workstation.agent.edit_preview import EDIT_TOOLS, edit_preview
 from workstation.agent.history import Message, valid_text
 from workstation.agent.protocols import tool_result_message
 from workstation.agent.sandbox_notices import notices, unattended_message
@@ -114,12 +115,12 @@ class ToolCallRunner:
 
     # ----- results -----
     def finish(self, call: RawCall, args: dict[str, Any], status: str, text: str, protocol: ToolProtocol,
-               started: float | None = None) -> None:
+               started: float | None = None, exit_code: int | None = None) -> None:
         """The call's result into the history, and ``ToolCallFinished``."""
         text = valid_text(text)
         self._append(tool_result_message(protocol, call, args, text))
         duration = time.monotonic() - started if started is not None else 0.0
-        self._emit(ev.ToolCallFinished(self.session_id, call.id, call.name, status, text, duration))
+        self._emit(ev.ToolCallFinished(self.session_id, call.id, call.name, status, text, duration, exit_code))
 
     def skip(self, call: RawCall, protocol: ToolProtocol) -> None:
         """A call after a failed one in the same reply: not run."""
@@ -183,9 +184,10 @@ class ToolCallRunner:
                 reason = "; ".join(r for r in (sandbox.approval_reason, reason) if r)
         attended = False
         if reason:
+            preview = await self._preview(name, args) if self._approver is not None else ""
             decision = await request_approval(
                 self._approver, self._emit, session_id=self.session_id, call_id=call.id, tool=name,
-                category=spec.category, arguments=args, summary=summary, reason=reason,
+                category=spec.category, arguments=args, summary=summary, reason=reason, preview=preview,
                 on_wait=lambda: self._set_state(AgentState.AWAITING_APPROVAL, summary))
             if decision is None:
                 if sandbox is not None and sandbox.needs_person:
@@ -220,11 +222,21 @@ class ToolCallRunner:
             return self._fail(call, args, str(exc), protocol, mistake=exc.mistake, started=started)
         if spec.logs in ("read", "changed"):
             self.work.note(spec.logs, args)
-        self.finish(call, args, "ok", run.text + approval_note, protocol, started)
+        self.finish(call, args, "ok", run.text + approval_note, protocol, started, run.exit_code)
         self._last_ok_call = (name, args)
         if run.changed_files:
             await self.checkpoint(summary)
         return CallOutcome("ok", progress=True)
+
+    async def _preview(self, name: str, args: dict[str, Any]) -> str:
+        """The change an edit would make, for the person who approves it (never fatal)."""
+        if name not in EDIT_TOOLS:
+            return ""
+        try:
+            return await self.toolbox.in_thread(edit_preview, self.toolbox.jail, name, args)
+        except (OSError, ValueError) as exc:  # the file changed under it, an odd encoding…
+            log.warning("edit preview of %s failed: %s", name, exc)
+            return ""
 
     async def checkpoint(self, label: str) -> None:
         """A checkpoint of the worktree at this point of the conversation (failures are told,

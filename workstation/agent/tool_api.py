@@ -34,6 +34,8 @@ class ToolRun:
     """What the model is told."""
     changed_files: bool
     """The call may have changed files (a checkpoint is due)."""
+    exit_code: int | None = None
+    """A command's exit status; None for other tools and a command killed at its limit."""
 
 
 OnOutput = Callable[[str], None]

@@ -70,7 +70,8 @@ async def execute_command(box: ToolContext, args: dict[str, Any], call: CallOpti
         kill_grace_s=cfg.command_kill_grace_s, sandbox=cfg.sandbox, attended=call.attended,
         env={**scrubbed_environment(), **dict(cfg.command_env)} if cfg.command_env else None,
     )
-    return ToolRun(result.for_model(command, cfg.command_timeout_s), True)
+    return ToolRun(result.for_model(command, cfg.command_timeout_s), True,
+                   None if result.timed_out else result.exit_code)
 
 
 def _cap(text: str, max_chars: int) -> str:

@@ -209,6 +209,8 @@ class ToolCallFinished:
     result: str
     """What the model is told (possibly capped)."""
     duration_s: float = 0.0
+    exit_code: int | None = None
+    """A command's exit status (None: not a command, or it was killed at its time limit)."""
 
     @property
     def ok(self) -> bool:

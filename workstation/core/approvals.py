@@ -132,6 +132,9 @@ class ApprovalRequest:
     arguments: dict[str, Any]
     summary: str
     reason: str
+    preview: str = ""
+    """What a file edit would change, as a unified diff (``agent/edit_preview.py``); empty
+    for other actions."""
 
 
 @dataclass(frozen=True, slots=True)
