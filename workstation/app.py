@@ -331,7 +331,7 @@ class Application:
                                        manifest=demo.manifest)
         log.info("demo '%s': %d sessions in %s", plan.manifest.name, len(plan.sessions), plan.workdir)
         for spec in demo_specs(plan, headless=demo.headless):
-            made = await self.fleet.create_session(spec)
+            made = await self.fleet.create_session(spec, free_names=True)  # run again: a free name
             await self.fleet.start_session(made.session_id)
         if demo.record is not None and self.recorder is not None:
             from workstation.ui.recorder import RecordingOptions

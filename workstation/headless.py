@@ -117,7 +117,7 @@ async def _fleet_demo(args: argparse.Namespace) -> int:
         await fleet.start()
         scope = []
         for spec in demo_specs(plan, headless=True):
-            made = await fleet.create_session(spec)
+            made = await fleet.create_session(spec, free_names=True)
             scope.append(made.session_id)
         for sid in scope:
             await fleet.start_session(sid)

@@ -195,7 +195,7 @@ async def test_bad_input_leaves_nothing(tmp_path: Path, git_repo: Path, mock_htt
         (SessionSpec(task="t", repo=str(f)), "is a file, not a folder"),
         (SessionSpec(task="t", repo=str(empty)), "has no commits yet"),
         (SessionSpec(task="t", repo=str(git_repo), base_branch="nope"), "base branch 'nope' does not exist"),
-        (SessionSpec(task="t", repo=str(git_repo), name="taken"), "branch ws/taken already exists"),
+        (SessionSpec(task="t", repo=str(git_repo), name="taken"), "the name 'taken' is taken .*branch ws/taken"),
         (SessionSpec(task="t", repo="file:///no/such/repo.git", clone=True), "could not clone"),
         (SessionSpec(task="t", repo=str(git_repo), name="bad name"), "cannot be used"),
         (SessionSpec(task=" ", repo=str(git_repo)), "needs a task"),
@@ -347,3 +347,55 @@ async def test_engine_restarted_elsewhere_sessions_follow(tmp_path: Path, git_re
     assert all(x.state is S.DONE for x in fleet.sessions())
     assert script.urls[-1] == "http://127.0.0.1:11"
     await fleet.aclose()
+
+
+async def test_names_skip_what_the_repository_already_has(tmp_path: Path, git_repo: Path,
+                                                          mock_http: httpx.AsyncClient) -> None:
+    """A branch or worktree folder left behind (a session removed by hand, a demo run again in
+    the same data folder) is not a failure: a derived name skips it, a given one is refused
+    with a free one named, or taken free where asked (the demo)."""
+    data = tmp_path / "data"
+    fleet = make_fleet(data, mock_http, Script())
+    await fleet.start()
+    git(git_repo, "branch", "ws/fix-it")
+    (made,) = await fleet.create_sessions(SessionSpec(task="Fix it", repo=str(git_repo)))
+    assert made.name == "fix-it-2" and made.branch == "ws/fix-it-2"
+    with pytest.raises(UserError, match="the name 'fix-it' is taken") as caught:
+        await fleet.create_sessions(SessionSpec(task="Fix it", repo=str(git_repo), name="fix-it"))
+    assert caught.value.hint == "'fix-it-3' is free"
+    again = await fleet.create_session(SessionSpec(task="Fix it", repo=str(git_repo), name="fix-it"),
+                                       free_names=True)
+    assert again.name == "fix-it-3"
+    await fleet.aclose()
+
+
+async def test_merged_and_discarded_sessions_go_to_the_archive_and_names_change(
+        tmp_path: Path, git_repo: Path, mock_http: httpx.AsyncClient) -> None:
+    from workstation.core.fleet_events import SessionArchived, SessionRenamed
+
+    data = tmp_path / "data"
+    fleet = make_fleet(data, mock_http, Script(steps=1))
+    seen: list[object] = []
+    fleet.changed.connect(seen.append)
+    await fleet.start()
+    a, b = await fleet.create_sessions(SessionSpec(task="t", repo=str(git_repo), headless=True), 2, start=True)
+    await asyncio.wait_for(fleet.wait_settled(), 30)
+    await fleet.commit(a.session_id, "work of a")
+    result = await fleet.integrate(a.session_id)
+    assert fleet.summary(a.session_id).archived == f"merged into main ({result.commit[:10]})"
+    await fleet.discard(b.session_id)
+    assert fleet.summary(b.session_id).archived == "its work was discarded"
+    assert [e.session_id for e in seen if isinstance(e, SessionArchived)] == [a.session_id, b.session_id]
+    fleet.shelf.unarchive(b.session_id)
+    await fleet.shelf.rename(b.session_id, "second-try")
+    with pytest.raises(UserError, match="already exists"):
+        await fleet.shelf.rename(a.session_id, "second-try")
+    assert any(isinstance(e, SessionRenamed) and e.name == "second-try" for e in seen)
+    await fleet.aclose()
+    again = make_fleet(data, mock_http, Script(steps=1))  # all of it is kept in the store
+    await again.start()
+    by_id = {s.session_id: s for s in again.sessions()}
+    assert by_id[a.session_id].archived.startswith("merged into main")
+    assert by_id[b.session_id].archived == "" and by_id[b.session_id].name == "second-try"
+    assert again.shelf.archived() == [a.session_id]
+    await again.aclose()

@@ -42,6 +42,8 @@ class SessionSummary:
     created_at: float = 0.0
     ready: bool = False
     """Marked ready to merge (the merge queue takes it)."""
+    archived: str = ""
+    """Why it is in the archive instead of the grid; empty while it is in the grid."""
     adapter: str = ""
     """The LoRA adapter its requests name; empty for the base model."""
 
@@ -61,6 +63,21 @@ class SessionStateChanged:
 
 @dataclass(frozen=True, slots=True)
 class SessionRemoved:
+    session_id: str
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionArchived:
+    """A session left the grid for the archive (``note`` says why), or came back (``note``
+    empty)."""
+
+    session_id: str
+    note: str
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRenamed:
     session_id: str
     name: str
 

@@ -81,6 +81,18 @@ async def prepare_repository(
     return PreparedRepo(repo, base, commit, cloned)
 
 
+async def taken_names(git: GitRunner, repo: RepoInfo, data_dir: Path) -> set[str]:
+    """Names a new session cannot take in ``repo``: its ``ws/`` branches and the worktree
+    folders left under the data folder (a session removed by hand, a demo run before)."""
+    out = await git.run(["for-each-ref", "--format=%(refname:short)", f"refs/heads/{BRANCH_PREFIX}"],
+                        cwd=repo.path, check=False)
+    names = {ln.removeprefix(BRANCH_PREFIX) for ln in out.stdout.splitlines() if ln.strip()}
+    root = worktrees_root(data_dir, repo)
+    if root.is_dir():
+        names |= {p.name for p in root.iterdir()}
+    return names
+
+
 async def check_names_free(git: GitRunner, repo: RepoInfo, names: list[str], data_dir: Path) -> None:
     """Every name's branch and worktree folder must be free before any is created."""
     if len(set(names)) != len(names):

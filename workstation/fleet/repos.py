@@ -75,24 +75,35 @@ def slug_from_task(task: str, *, max_len: int = 32) -> str:
     return slug or "session"
 
 
-def session_names(name: str | None, task: str, count: int, taken: set[str]) -> list[str]:
+def session_names(name: str | None, task: str, count: int, taken: set[str], *, free: bool = False) -> list[str]:
     """Names for ``count`` new sessions: ``name`` (``name-1`` … for several), or a slug of the
-    task numbered past the names ``taken``."""
+    task numbered past the names ``taken`` (sessions, and branches or worktree folders left in
+    the repository). A taken ``name`` is an error that names a free one, or with ``free`` the
+    free one is taken (a demo run again in the same data folder)."""
     taken = set(taken)
     if name is not None:
         base = validate_session_name(name)
         names = [base] if count == 1 else [f"{base}-{i}" for i in range(1, count + 1)]
+        clash = [n for n in names if n in taken]
+        if clash and free:
+            return _numbered(base, count, taken, start=2)
         for n in names:
             validate_session_name(n)
-            if n in taken:
-                raise UserError(f"a session named {n!r} already exists")
+        if clash:
+            suggestion = _numbered(base, 1, taken, start=2)[0]
+            raise UserError(f"the name {clash[0]!r} is taken (by a session, or by its branch "
+                            f"{BRANCH_PREFIX}{clash[0]} or worktree left in the repository)",
+                            hint=f"{suggestion!r} is free")
         return names
-    base = slug_from_task(task)
-    names, i = [], 1
+    return _numbered(slug_from_task(task), count, taken, start=1, bare_first=count == 1)
+
+
+def _numbered(base: str, count: int, taken: set[str], *, start: int, bare_first: bool = False) -> list[str]:
+    names, i = [], start
     while len(names) < count:
-        n = base if (count == 1 and i == 1) else f"{base}-{i}"
+        n = base if (bare_first and i == start) else f"{base}-{i}"
         if n not in taken:
-            names.append(n)
+            names.append(validate_session_name(n))
             taken.add(n)
         i += 1
     return names

@@ -55,11 +55,13 @@ from workstation.fleet.provision import (
     PreparedRepo,
     check_names_free,
     make_worktree,
+    taken_names,
     prepare_repository,
 )
 from workstation.fleet.repos import inspect_repository, session_names
 from workstation.fleet.routing import Router
 from workstation.fleet.session import SessionRecord, SessionSpec
+from workstation.fleet.shelf import SessionShelf
 from workstation.fleet.stats import SessionStats
 from workstation.fleet.store import Checkpoint, Store
 from workstation.fleet.workspace_ops import WorkspaceOps
@@ -139,6 +141,8 @@ class Fleet:
             command_env=lambda sid: self.bootstrap.command_env(sid, self.book.rec(sid).spec),
         )
         self.workspaces = WorkspaceOps(self.book, self.store, self.git, self.data_dir, emit=emit)
+        self.shelf = SessionShelf(self.book, self.store, emit=emit)
+        """Names and the archive (``fleet/shelf.py``)."""
         self._creating = 0
         self._started = False
         self._closing = False
@@ -229,16 +233,19 @@ class Fleet:
         return self.workspaces.orphans
 
     # ================= creating =================
-    async def create_session(self, spec: SessionSpec, *, start: bool = False) -> SessionSummary:
-        return (await self.create_sessions(spec, 1, start=start))[0]
+    async def create_session(self, spec: SessionSpec, *, start: bool = False, free_names: bool = False
+                             ) -> SessionSummary:
+        return (await self.create_sessions(spec, 1, start=start, free_names=free_names))[0]
 
-    async def create_sessions(self, spec: SessionSpec, count: int = 1, *, start: bool = False
-                              ) -> list[SessionSummary]:
+    async def create_sessions(self, spec: SessionSpec, count: int = 1, *, start: bool = False,
+                              free_names: bool = False) -> list[SessionSummary]:
         """Create ``count`` sessions of one spec ("run this task N times") on one repository.
 
         Every check (repository, base branch, names, branches) runs before anything is
         created; if a worktree then fails, the sessions made so far in this call are removed
-        again, so a failed call leaves nothing behind.
+        again, so a failed call leaves nothing behind. Names derived from the task skip what is
+        taken (sessions, ``ws/`` branches, worktree folders); a given name that is taken is an
+        error naming a free one, or with ``free_names`` the free one is used.
         """
         self._require_open()
         if not spec.task.strip():
@@ -259,7 +266,8 @@ class Fleet:
                 on_progress=lambda m, f: self.workspaces.progress(key, "clone", m, f),
             )
             spec = await self.bootstrap.prepare_spec(spec, prepared.repo.path)
-            names = session_names(spec.name, spec.task, count, self.book.names())
+            taken = self.book.names() | await taken_names(self.git, prepared.repo, self.data_dir)
+            names = session_names(spec.name, spec.task, count, taken, free=free_names)
             await check_names_free(self.git, prepared.repo, names, self.data_dir)
             await self.store.remember_repo(str(prepared.repo.path))
             for name in names:
@@ -395,8 +403,10 @@ class Fleet:
         self.book.set_state(session_id, S.PAUSED, "paused by the user")
 
     async def pause_all(self) -> None:
+        """Pause every working session; those waiting for a person keep waiting (pausing
+        them would hide that they need you, and they use no engine while they wait)."""
         for rec in self.book.records():
-            if rec.state.is_active:
+            if rec.state.is_active and not rec.state.wants_user:
                 await self.pause(rec.session_id)
 
     async def resume(self, session_id: str) -> None:
@@ -506,10 +516,18 @@ class Fleet:
 
     async def integrate(self, session_id: str, *, rebase: bool = False, message: str | None = None
                         ) -> review.IntegrateResult:
-        return await self.workspaces.integrate(session_id, rebase=rebase, message=message)
+        """Merge (or rebase) into the base branch; the merged session goes to the archive."""
+        result = await self.workspaces.integrate(session_id, rebase=rebase, message=message)
+        rec = self.book.rec(session_id)
+        self.shelf.archive(session_id, f"merged into {rec.base_branch} ({result.commit[:10]})")
+        return result
 
     async def discard(self, session_id: str, *, keep_commits: bool = False) -> review.IntegrateResult:
-        return await self.workspaces.discard(session_id, keep_commits=keep_commits)
+        """Throw its work away; without ``keep_commits`` the session goes to the archive."""
+        result = await self.workspaces.discard(session_id, keep_commits=keep_commits)
+        if not keep_commits:
+            self.shelf.archive(session_id, "its work was discarded")
+        return result
 
     async def mark_ready(self, session_id: str, ready: bool = True, *, message: str | None = None) -> str | None:
         """Mark a session's work ready to merge (its uncommitted changes are committed on its
@@ -521,7 +539,11 @@ class Fleet:
         """The merge queue over the ready sessions (``merge_queue.py``): target untouched
         unless every session merged and passed ``gate``."""
         self._require_open()
-        return await self.merges.merge_ready(into=into, gate=gate, rebase=rebase, names=names)
+        report = await self.merges.merge_ready(into=into, gate=gate, rebase=rebase, names=names)
+        by_name = {r.name: r.session_id for r in self.book.records()}
+        for name in report.merged:  # merged sessions leave the grid for the archive
+            self.shelf.archive(by_name[name], f"merged into {into} ({(report.commit or '')[:10]})")
+        return report
 
     async def start_dev_server(self, session_id: str, *, attended: bool = True) -> DevServerStatus:
         """Start the session's dev server (its ``run`` command, ``dev_server.py``); ``attended``:

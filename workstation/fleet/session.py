@@ -105,6 +105,9 @@ class SessionRecord:
     ready_at: float = 0.0
     """When the user marked the session's work ready to merge (0: not marked); the merge
     queue takes ready sessions in this order."""
+    archived: str = ""
+    """Why it left the grid for the archive ("merged into main (1a2b3c4d)", "discarded",
+    "archived"); empty while it is in the grid."""
 
     def summary(self, tokens_per_s: float = 0.0) -> SessionSummary:
         return SessionSummary(
@@ -126,6 +129,7 @@ class SessionRecord:
             created_at=self.created_at,
             ready=bool(self.ready_at),
             adapter=self.spec.adapter or "",
+            archived=self.archived,
         )
 
     def copy(self) -> SessionRecord:

@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     error TEXT NOT NULL DEFAULT '',
     agent_meta BLOB NOT NULL DEFAULT '{}',
     ready_at REAL NOT NULL DEFAULT 0,
+    archived TEXT NOT NULL DEFAULT '',
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL
 );
@@ -80,7 +81,7 @@ CREATE TABLE IF NOT EXISTS repos (path TEXT PRIMARY KEY, last_used REAL NOT NULL
 _SESSION_COLUMNS = (
     "session_id", "name", "position", "state", "spec", "repo_path", "worktree_path", "branch",
     "base_branch", "start_commit", "endpoint_name", "prompt_tokens", "completion_tokens",
-    "cached_tokens", "error", "agent_meta", "ready_at", "created_at", "updated_at",
+    "cached_tokens", "error", "agent_meta", "ready_at", "archived", "created_at", "updated_at",
 )
 _UPDATABLE = frozenset(_SESSION_COLUMNS) - {"session_id", "created_at"}
 
@@ -152,6 +153,8 @@ class Store:
                 conn.execute("ALTER TABLE sessions ADD COLUMN agent_meta BLOB NOT NULL DEFAULT '{}'")
             if "ready_at" not in columns:  # stores made before the merge queue
                 conn.execute("ALTER TABLE sessions ADD COLUMN ready_at REAL NOT NULL DEFAULT 0")
+            if "archived" not in columns:  # stores made before the archive
+                conn.execute("ALTER TABLE sessions ADD COLUMN archived TEXT NOT NULL DEFAULT ''")
             row = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
             if row is None:
                 conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -559,7 +562,7 @@ def _session_row(rec: SessionRecord) -> tuple[Any, ...]:
         rec.session_id, rec.name, rec.position, rec.state.value, orjson.dumps(rec.spec.to_json()),
         rec.repo_path, rec.worktree_path, rec.branch, rec.base_branch, rec.start_commit,
         rec.endpoint_name, rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens, rec.error,
-        orjson.dumps(rec.agent_meta), rec.ready_at, rec.created_at, rec.updated_at,
+        orjson.dumps(rec.agent_meta), rec.ready_at, rec.archived, rec.created_at, rec.updated_at,
     )
 
 
@@ -581,6 +584,7 @@ def _record(row: dict[str, Any]) -> SessionRecord:
         error=row["error"],
         agent_meta=_meta(row["agent_meta"]),
         ready_at=row["ready_at"] or 0.0,
+        archived=row["archived"] or "",
         created_at=row["created_at"],
         updated_at=row["updated_at"],
         position=row["position"],

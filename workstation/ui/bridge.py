@@ -23,7 +23,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from workstation.agent.tool_specs import COMPLETION_TOOL, SPECS_BY_NAME, TOOL_SPECS
+from workstation.agent.tool_specs import COMPLETION_TOOL, QUESTION_TOOL, SPECS_BY_NAME, TOOL_SPECS
 from workstation.agent.transcript import render_line
 from workstation.core import agent_events as ev
 from workstation.core.approvals import ApprovalRequest
@@ -72,6 +72,14 @@ def tool_line(event: ev.ToolCallStarted) -> tuple[str, str]:
     return text, detail
 
 
+def command_output(result: str) -> str:
+    """The output part of a command's result (``Exit code: N\nOutput:\n…``, agent/commands.py)."""
+    head, sep, body = result.partition("Output:\n")
+    if not sep:
+        return result
+    return "" if body.strip() == "(no output)" else body
+
+
 class FleetBridge(QObject):
     """Subscribes to a fleet; drives a window's panes; re-emits events as Qt signals."""
 
@@ -103,6 +111,8 @@ class FleetBridge(QObject):
         """Each session's document (what the window gave back when it made the pane)."""
         self._last_seq: dict[str, int] = {}
         self._tool_lines: dict[tuple[str, str], Any] = {}
+        self._streamed: set[tuple[str, str]] = set()
+        """Commands whose output streamed live (else it comes from their stored result)."""
         self._loading: dict[str, list[fe.SessionAgentEvent]] = {}
         self._held: list[fe.SessionAgentEvent] | None = []
         """Agent events that arrive before :meth:`load_existing` made the panes."""
@@ -191,7 +201,8 @@ class FleetBridge(QObject):
         elif isinstance(event, fe.SessionStateChanged):
             info = window.session_info(event.session_id)
             if info is not None:
-                info = replace(info, state=event.new, detail=event.reason)
+                info = replace(info, state=event.new, detail=event.reason,
+                               waiting_for=info.waiting_for if event.new.wants_user else "")
                 if not event.new.wants_user:
                     window.clear_approval(event.session_id)
                 window.update_session(info, event.reason)
@@ -281,25 +292,23 @@ class FleetBridge(QObject):
             if event.finish_reason == "length":
                 doc.add_line("… the answer was cut at the token limit", LineStyle.NOTICE)
         elif isinstance(event, ev.ToolCallStarted):
-            if event.tool == COMPLETION_TOOL:
+            if event.tool in (COMPLETION_TOOL, QUESTION_TOOL):  # shown by TaskCompleted / QuestionAsked
                 return
             text, detail = tool_line(event)
             line = doc.add_line(text, LineStyle.TOOL, detail=detail, tool=event.tool)
             self._tool_lines[(session_id, event.call_id)] = line
+            spec = SPECS_BY_NAME.get(event.tool)
+            if spec is not None and spec.shell:
+                self._streamed.discard((session_id, event.call_id))
+                self._output(session_id, f"$ {event.arguments.get('command', '')}\n", live)
         elif isinstance(event, ev.ToolCallFinished):
             line = self._tool_lines.pop((session_id, event.call_id), None)
             if line is not None:
-                line.text += STATUS_MARK.get(event.status, f" · {event.status}")
-                result = event.result[:DETAIL_MAX_CHARS]
-                line.detail = f"{line.detail}\n— result —\n{result}" if result else line.detail
-                if event.status in ("error", "denied"):
-                    line.style = LineStyle.ERROR if event.status == "error" else LineStyle.NOTICE
+                self._finish_tool_line(session_id, line, event, live)
                 doc.revision += 1
         elif isinstance(event, ev.CommandOutputStreamed):
-            out = self.outputs.setdefault(session_id, collections.deque(maxlen=OUTPUT_MAX_CHUNKS))
-            out.append(event.text)
-            if live:
-                self.output_appended.emit(session_id, event.text)
+            self._streamed.add((session_id, event.call_id))
+            self._output(session_id, event.text, live)
         elif isinstance(event, ev.ApprovalRequested):
             if live:
                 self._show_approval_request(event)
@@ -315,6 +324,7 @@ class FleetBridge(QObject):
         elif isinstance(event, ev.QuestionAsked):
             options = f"  [{' / '.join(event.options)}]" if event.options else ""
             doc.add_block(f"? {event.question}{options}", LineStyle.TOOL)
+            self._update_info(session_id, waiting_for="question")
         elif isinstance(event, ev.TaskCompleted):
             doc.add_block(f"✓ {event.result}", LineStyle.ADDED)
         elif isinstance(event, ev.CheckpointCreated):
@@ -329,6 +339,8 @@ class FleetBridge(QObject):
             doc.add_line(("retrying: " if event.retrying else "") + event.message, LineStyle.ERROR)
         elif isinstance(event, ev.MistakeCounted):
             doc.add_line(f"mistake {event.count}/{event.limit}: {event.message}", LineStyle.NOTICE)
+            if event.count >= event.limit:
+                self._update_info(session_id, waiting_for="stuck")
         elif isinstance(event, ev.RunFinished):
             if event.status is not ev.RunStatus.COMPLETED and event.message:
                 doc.add_line(f"{event.status.value.replace('_', ' ')}: {event.message}", LineStyle.NOTICE)
@@ -355,6 +367,37 @@ class FleetBridge(QObject):
                 self._update_info(session_id, protocol=label)
                 doc.add_line(f"{label} protocol: {event.reason}", LineStyle.NOTICE)
 
+    def _output(self, session_id: str, text: str, live: bool) -> None:
+        out = self.outputs.setdefault(session_id, collections.deque(maxlen=OUTPUT_MAX_CHUNKS))
+        out.append(text)
+        if live:
+            self.output_appended.emit(session_id, text)
+
+    def _finish_tool_line(self, session_id: str, line: Any, event: ev.ToolCallFinished, live: bool) -> None:
+        """A tool line's status; a command's exit code (✓ / ✗) and its output, which its line
+        expands to and the Output tab shows (from the stored result after a restart)."""
+        spec = SPECS_BY_NAME.get(event.tool)
+        result = event.result[:DETAIL_MAX_CHARS]
+        if spec is not None and spec.shell and event.status in ("ok", "error"):
+            code = event.exit_code
+            ok = event.status == "ok" and code == 0
+            verdict = ("✓ exit 0" if ok else f"✗ exit {code}") if code is not None else (
+                "✗ timed out" if "timed out" in event.result[:120] else "✗ failed")
+            line.text += f"  {verdict}"
+            output = command_output(event.result)
+            line.detail = output or "(no output)"
+            if not ok:
+                line.style = LineStyle.ERROR
+            if (session_id, event.call_id) not in self._streamed and output:
+                self._output(session_id, output if output.endswith("\n") else output + "\n", live)
+            self._streamed.discard((session_id, event.call_id))
+            self._output(session_id, f"{verdict}\n\n", live)
+            return
+        line.text += STATUS_MARK.get(event.status, f" · {event.status}")
+        line.detail = f"{line.detail}\n— result —\n{result}" if result else line.detail
+        if event.status in ("error", "denied"):
+            line.style = LineStyle.ERROR if event.status == "error" else LineStyle.NOTICE
+
     def _update_info(self, session_id: str, **fields: Any) -> None:
         """Change what a session's header shows (through the window, never the pane)."""
         info = self.window.session_info(session_id)
@@ -366,7 +409,8 @@ class FleetBridge(QObject):
         summary = event.summary or event.tool
         if event.reason:
             summary = f"{summary}  — {event.reason}"
-        self.window.show_approval(event.session_id, event.tool, summary, arguments)
+        self._update_info(event.session_id, waiting_for="approval")
+        self.window.show_approval(event.session_id, event.tool, summary, arguments, event.preview)
         self.approval_requested.emit(event.session_id, event)
 
 

@@ -308,11 +308,11 @@ class MainWindow(QMainWindow):
     def doc(self, session_id: str) -> TranscriptDoc:
         return self.panes[session_id].doc
 
-    def show_approval(self, session_id: str, title: str, summary: str, arguments: str) -> None:
+    def show_approval(self, session_id: str, title: str, summary: str, arguments: str, preview: str = "") -> None:
         pane = self.panes.get(session_id)
         if pane is None:
             return
-        pane.show_approval(title, summary, arguments)
+        pane.show_approval(title, summary, arguments, preview)
         if self.focus.pane is pane:
             self.focus.sync_approval()
 

@@ -3,6 +3,8 @@ something (session states, diff signs). Light and dark both follow from the pale
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from PySide6.QtGui import QColor, QFont, QFontDatabase, QGuiApplication, QPalette
 
 from workstation.core.session_state import SessionState
@@ -11,6 +13,10 @@ AMBER = QColor("#e0a100")
 GREEN = QColor("#2e9e44")
 RED = QColor("#d0453b")
 GREY = QColor("#8a8f98")
+VIOLET = QColor("#8e5bd6")
+"""A question the agent asked."""
+ORANGE = QColor("#d9640b")
+"""Stuck after repeated mistakes."""
 
 _STATE_COLOURS: dict[SessionState, QColor] = {
     SessionState.PREPARING: GREY,
@@ -48,6 +54,49 @@ def state_colour(state: SessionState, pal: QPalette | None = None) -> QColor:
         pal = pal or palette()
         return pal.color(QPalette.ColorRole.PlaceholderText)
     return _STATE_COLOURS.get(state, GREY)
+
+
+@dataclass(frozen=True, slots=True)
+class StateLook:
+    """How a session's state shows on its tile: colour, icon, word, border and tint."""
+
+    colour: QColor
+    icon: str
+    """A symbolic icon (``resources/icons/symbolic``); empty: a plain dot."""
+    word: str
+    border_px: int = 1
+    """0: the ordinary frame."""
+    tint: bool = False
+    """The header is tinted with the colour (a failure stands out above all)."""
+
+
+WAITING_LOOKS = {
+    "approval": (AMBER, "warning", "needs approval"),
+    "question": (VIOLET, "question", "asked you"),
+    "stuck": (ORANGE, "stuck", "stuck · mistakes"),
+}
+"""What a session waiting for a person waits for (``PaneInfo.waiting_for``)."""
+
+
+def state_look(state: SessionState, waiting_for: str = "", pal: QPalette | None = None) -> StateLook:
+    """Each state its own colour and icon, at a glance on 32 tiles: needs approval (amber ⚠),
+    asked a question (violet ?), stuck after mistakes (orange ↻), failed (red ✗, thicker
+    border and a tinted header: it must stand out more than stuck), done (green ✓)."""
+    if state.wants_user:
+        key = waiting_for or ("approval" if state is SessionState.AWAITING_APPROVAL else "question")
+        colour, icon_name, word = WAITING_LOOKS.get(key, WAITING_LOOKS["question"])
+        return StateLook(colour, icon_name, word, 2)
+    if state is SessionState.FAILED:
+        return StateLook(RED, "error", "failed", 3, True)
+    if state is SessionState.DONE:
+        return StateLook(GREEN, "check", "done")
+    if state is SessionState.PAUSED:
+        return StateLook(state_colour(state, pal), "paused", "paused")
+    if state is SessionState.ENGINE_WAIT:
+        return StateLook(AMBER, "engine", "engine wait")
+    if state is SessionState.RUNNING:
+        return StateLook(accent(pal), "", "running")
+    return StateLook(state_colour(state, pal), "", state.label)
 
 
 def mix(a: QColor, b: QColor, t: float) -> QColor:

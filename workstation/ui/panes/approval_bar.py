@@ -1,4 +1,5 @@
-"""The inline bar a pane shows while its agent waits: approve · deny with feedback · edit."""
+"""The inline bar a pane shows while its agent waits: what the action would change (a file
+edit's diff, a command in full), then approve · deny with feedback · edit."""
 
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ from PySide6.QtWidgets import (
 )
 
 from workstation.ui import theme
+from workstation.ui.panes.diff_text import DiffText
+
+PREVIEW_LINES_TILE = 8
+"""Lines of a proposed edit a tile shows before it scrolls (the focus view shows more)."""
 
 
 class EditActionDialog(QDialog):
@@ -54,11 +59,12 @@ class ApprovalBar(QWidget):
     edited = Signal(str)
     """The edited arguments (JSON text) to run instead."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, *, preview_lines: int = PREVIEW_LINES_TILE) -> None:
         super().__init__(parent)
         self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self._arguments = ""
         self._title = ""
+        self._preview_lines = preview_lines
         outer = QVBoxLayout(self)
         outer.setContentsMargins(4, 2, 4, 3)
         outer.setSpacing(2)
@@ -66,7 +72,12 @@ class ApprovalBar(QWidget):
         self.summary.setTextFormat(Qt.TextFormat.PlainText)
         self.summary.setFont(theme.mono_font(8.0))
         self.summary.setMinimumWidth(10)
+        self.summary.setWordWrap(True)
         outer.addWidget(self.summary)
+        self.preview = DiffText(self, point_size=8.0)
+        """The change a file edit would make, as a coloured diff (hidden for other actions)."""
+        self.preview.hide()
+        outer.addWidget(self.preview)
         row = QHBoxLayout()
         row.setSpacing(4)
         row.setContentsMargins(0, 0, 0, 0)
@@ -101,14 +112,24 @@ class ApprovalBar(QWidget):
         self._dialog: EditActionDialog | None = None
         self.setAutoFillBackground(True)
 
-    def show_request(self, title: str, summary: str, arguments: str) -> None:
+    def show_request(self, title: str, summary: str, arguments: str, preview: str = "") -> None:
         self._title = title
         self._arguments = arguments
         self.summary.setText(summary or title)
         self.summary.setToolTip(arguments)
+        self.preview.set_diff(preview)
+        if preview:
+            rows = min(self.preview.line_count(), self._preview_lines)
+            line_h = self.preview.fontMetrics().lineSpacing()
+            self.preview.setFixedHeight(rows * line_h + 2 * self.preview.frameWidth() + 6)
+        self.preview.setVisible(bool(preview))
         self.feedback.clear()
         self.feedback_row.hide()
         self.show()
+
+    @property
+    def preview_text(self) -> str:
+        return self.preview.diff
 
     def _approve(self) -> None:
         self.hide()

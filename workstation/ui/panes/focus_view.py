@@ -29,6 +29,7 @@ from workstation.ui.panes.transcript_doc import LineStyle, diff_style
 from workstation.ui.panes.transcript_mirror import TranscriptMirror
 
 OUTPUT_MAX_BLOCKS = 5000
+FOCUS_PREVIEW_LINES = 24
 
 
 class DiffView(QWidget):
@@ -124,7 +125,7 @@ class FocusView(QWidget):
         self.tabs.addTab(self.checkpoints, "Checkpoints")
         self.tabs.addTab(self.output, "Output")
         layout.addWidget(self.tabs, 1)
-        self.approval = ApprovalBar()
+        self.approval = ApprovalBar(preview_lines=FOCUS_PREVIEW_LINES)
         self.approval.hide()
         layout.addWidget(self.approval)
         row = QHBoxLayout()
@@ -169,8 +170,8 @@ class FocusView(QWidget):
     def sync_approval(self) -> None:
         pane = self.pane
         if pane is not None and pane.approval.isVisibleTo(pane) and pane.waiting:
-            self.approval.show_request(pane.approval._title, "", pane.approval._arguments)
-            self.approval.summary.setText(pane.approval.summary.text())
+            self.approval.show_request(pane.approval._title, pane.approval.summary.text(),
+                                       pane.approval._arguments, pane.approval.preview_text)
         else:
             self.approval.hide()
 

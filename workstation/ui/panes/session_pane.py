@@ -7,17 +7,20 @@ from dataclasses import dataclass
 
 from PySide6.QtCore import QRect, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import (
+    QColor,
     QContextMenuEvent,
     QFontMetrics,
     QMouseEvent,
     QPainter,
     QPaintEvent,
     QPalette,
+    QPixmap,
 )
 from PySide6.QtWidgets import QFrame, QSizePolicy, QVBoxLayout, QWidget
 
 from workstation.core.session_state import SessionState
 from workstation.ui import theme
+from workstation.ui.icons_fallback import safe_icon
 from workstation.ui.panes.approval_bar import ApprovalBar
 from workstation.ui.panes.tail_view import TailView
 from workstation.ui.panes.transcript_doc import TranscriptDoc
@@ -48,6 +51,12 @@ class PaneInfo:
     """The rules files it follows (``AGENTS.md``, ``src/AGENTS.md`` …), relative to its worktree."""
     adapter: str = ""
     """Its LoRA adapter; empty for the base model."""
+    waiting_for: str = ""
+    """What it waits for a person for: ``approval``, ``question`` or ``stuck`` (repeated
+    mistakes); empty while it does not wait."""
+
+    def look(self, pal: QPalette | None = None) -> theme.StateLook:
+        return theme.state_look(self.state, self.waiting_for, pal)
 
     def rules_mark(self) -> str:
         """``§ AGENTS.md`` or ``§ AGENTS.md +2``; empty without rules."""
@@ -74,11 +83,9 @@ def compact_count(value: float) -> str:
     return f"{value:.0f}"
 
 
-STATE_SHORT = {
-    SessionState.AWAITING_APPROVAL: "approve",
-    SessionState.NEEDS_INPUT: "needs input",
-    SessionState.ENGINE_WAIT: "engine wait",
-}
+def state_pixmap(name: str, colour: QColor, size_px: int) -> QPixmap:
+    """A state icon in its colour (the icon set caches the rendering)."""
+    return safe_icon(name, colour).pixmap(size_px, size_px)
 
 
 class PaneHeader(QWidget):
@@ -104,12 +111,20 @@ class PaneHeader(QWidget):
         fm = QFontMetrics(self.font())
         w = self.width()
         row = self._row_h
-        colour = theme.state_colour(info.state, pal)
-        # Row 1: state dot, name, tok/s on the right.
+        look = info.look(pal)
+        colour = look.colour
+        if look.tint:  # a failure: the whole header says so
+            p.fillRect(self.rect(), theme.mix(pal.color(QPalette.ColorRole.Window), colour, 0.16))
+        # Row 1: state icon (a dot while it works), name, tok/s on the right.
         dot = max(6, row // 2)
-        p.setPen(Qt.PenStyle.NoPen)
-        p.setBrush(colour)
-        p.drawEllipse(QRectF(5, 2 + (row - dot) / 2, dot, dot))
+        mark_w = dot
+        if look.icon:
+            mark_w = row - 2
+            p.drawPixmap(3, 2 + (row - mark_w) // 2, state_pixmap(look.icon, colour, mark_w))
+        else:
+            p.setPen(Qt.PenStyle.NoPen)
+            p.setBrush(colour)
+            p.drawEllipse(QRectF(5, 2 + (row - dot) / 2, dot, dot))
         rate = pane.display_rate()
         right = f"{rate:.0f} t/s" if rate >= 0.5 else ""
         tokens = info.tokens or pane.doc.tokens_flushed
@@ -125,15 +140,18 @@ class PaneHeader(QWidget):
         bold.setBold(True)
         p.setFont(bold)
         p.setPen(text)
-        name_x = 5 + dot + 5
+        name_x = 5 + mark_w + 5
         name = QFontMetrics(bold).elidedText(info.name, Qt.TextElideMode.ElideRight, max(10, w - name_x - right_w - 4))
         p.drawText(QRect(name_x, 2, w - name_x, row), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, name)
         p.setFont(self.font())
         # Row 2: repo · branch · mode · protocol, state on the right (coloured only when it means something).
-        state_text = STATE_SHORT.get(info.state, info.state.label)
+        state_text = look.word
         state_w = fm.horizontalAdvance(state_text) + 8
         p.setPen(colour if info.state is not SessionState.RUNNING else dim)
+        if look.tint or look.border_px > 1:
+            p.setFont(bold)
         p.drawText(QRect(0, 2 + row, w - 5, row), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, state_text)
+        p.setFont(self.font())
         where = info.where()
         p.setPen(dim)
         where = fm.elidedText(where, Qt.TextElideMode.ElideMiddle, max(10, w - 10 - state_w))
@@ -193,8 +211,8 @@ class SessionPane(QFrame):
         self.info.tokens_per_s = tokens_per_s
         self.header.update()
 
-    def show_approval(self, title: str, summary: str, arguments: str) -> None:
-        self.approval.show_request(title, summary, arguments)
+    def show_approval(self, title: str, summary: str, arguments: str, preview: str = "") -> None:
+        self.approval.show_request(title, summary, arguments, preview)
         self.update()
 
     def hide_approval(self) -> None:
@@ -218,8 +236,9 @@ class SessionPane(QFrame):
     def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802
         p = QPainter(self)
         pal = self.palette()
-        if self.waiting:
-            colour, width = theme.AMBER, 2
+        look = self.info.look(pal)
+        if look.border_px > 1:  # waits for a person, or failed: its colour, whatever the focus
+            colour, width = look.colour, look.border_px
         elif self.focused:
             colour, width = theme.accent(pal), 2
         else:
