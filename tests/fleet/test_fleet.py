@@ -399,3 +399,25 @@ async def test_merged_and_discarded_sessions_go_to_the_archive_and_names_change(
     assert by_id[b.session_id].archived == "" and by_id[b.session_id].name == "second-try"
     assert again.shelf.archived() == [a.session_id]
     await again.aclose()
+
+
+async def test_pause_all_leaves_the_sessions_that_wait_for_a_person(tmp_path: Path, git_repo: Path,
+                                                                     mock_http: httpx.AsyncClient) -> None:
+    script = Script(steps=6, ask_approval_at=0, turn_s=0.3)
+    fleet = make_fleet(tmp_path / "data", mock_http, script)
+    await fleet.start()
+    a, b = await fleet.create_sessions(SessionSpec(task="t", repo=str(git_repo)), 2, start=True)
+    for _ in range(300):
+        if len(fleet.pending_approvals()) == 2:
+            break
+        await asyncio.sleep(0.01)
+    req = next(r for r in fleet.pending_approvals() if r.session_id == a.session_id)
+    fleet.resolve_approval(a.session_id, req.request_id, ApprovalDecision.approve())
+    for _ in range(300):
+        if fleet.summary(a.session_id).state in (S.RUNNING, S.QUEUED):
+            break
+        await asyncio.sleep(0.01)
+    await fleet.pause_all()
+    assert fleet.summary(a.session_id).state is S.PAUSED
+    assert fleet.summary(b.session_id).state is S.AWAITING_APPROVAL and fleet.pending_approvals()
+    await fleet.aclose()

@@ -88,6 +88,12 @@ def agent_responder(body: dict[str, Any], n: int) -> Reply:
     last = body["messages"][-1]
     if last.get("role") == "tool" or (last.get("role") == "user" and n and "denied" in str(last.get("content", ""))):
         return Reply(text="Done.", tool_calls=[ToolCall("attempt_completion", {"result": "add() adds now."})])
+    if last.get("role") == "user" and "run the check" in str(last.get("content", "")).lower():
+        return Reply(text="Checking.", tool_calls=[ToolCall("execute_command", {
+            "command": "python3 -c \"import calc; print('add(2, 3) =', calc.add(2, 3)); raise SystemExit(calc.add(2, 3) != 5)\""})])
+    if last.get("role") == "user" and "ask me" in str(last.get("content", "")).lower():
+        return Reply(text="", tool_calls=[ToolCall("ask_followup_question", {
+            "question": "Should add() also take floats?", "options": ["yes", "no"]})])
     if last.get("role") == "user" and "read it first" in str(last.get("content", "")).lower():
         return Reply(text="Let me look.", tool_calls=[ToolCall("read_file", {"path": "calc.py"})])
     if last.get("role") == "user" and "follow" in str(last.get("content", "")).lower():

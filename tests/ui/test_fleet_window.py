@@ -3,6 +3,7 @@ talk to the scripted vLLM-format server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -195,9 +196,15 @@ def test_pause_all_and_commit_from_diff_tab(qtbot, fleet_ui: FleetUI) -> None:  
     async def body() -> None:
         sids = await ui.create(2)
         await ui.wait(lambda: all(ui.state(s) is S.AWAITING_APPROVAL for s in sids))
+        (paused,) = await ui.create(task="Fix add() in calc.py; read it first", auto_approve="ask")
+        await ui.wait(lambda: ui.state(paused) is S.AWAITING_APPROVAL)
         ui.window.pause_all_action.trigger()
-        await ui.wait(lambda: all(ui.state(s) is S.PAUSED for s in sids))
-        ui.window.start_all_action.trigger()
+        await asyncio.sleep(0.5)
+        # the sessions that need you keep saying so: Pause all pauses only what works
+        assert all(ui.state(s) is S.AWAITING_APPROVAL for s in (*sids, paused))
+        assert ui.window.attention.waiting == 3 and "3 need you" in ui.window.summary_label.text()
+        for sid in sids:
+            ui.window._approve_pane(ui.window.panes[sid])
         await ui.wait(lambda: all(ui.state(s) is S.DONE for s in sids))
         (done,) = await ui.create(auto_approve="edits", task="Fix add() again")
         await ui.wait(lambda: ui.state(done) is S.DONE)

@@ -139,7 +139,7 @@ def test_new_session_dialog_validates_inline(qtbot, window, tmp_path: Path, calc
     dialog.repo.setCurrentText(str(calc_repo))
     dialog.plan.setChecked(True)
     dialog.copies.setValue(4)
-    dialog.auto_approve.setCurrentIndex(1)
+    dialog.auto_approve.setCurrentIndex(2)
     got = []
     dialog.submitted.connect(got.append)
     qtbot.mouseClick(create, Qt.MouseButton.LeftButton)
