@@ -38,6 +38,7 @@ from workstation.core.fleet_events import (
 from workstation.core.session_state import SessionState as S, check_transition, state_after_restart
 from workstation.fleet import review
 from workstation.fleet.agent_bridge import AgentFactory
+from workstation.fleet.agent_controls import AgentControls
 from workstation.fleet.approval_desk import ApprovalDesk
 from workstation.fleet.book import SessionBook
 from workstation.fleet.bootstrap import Bootstrapper, BootstrapOptions
@@ -142,6 +143,8 @@ class Fleet:
         )
         self.workspaces = WorkspaceOps(self.book, self.store, self.git, self.data_dir, emit=emit)
         self.shelf = SessionShelf(self.book, self.store, emit=emit)
+        self.controls = AgentControls(book=self.book, store=self.store, drivers=self.drivers,
+                                      runner=self.runner, router=self.router, sink=self.sink)
         """Names and the archive (``fleet/shelf.py``)."""
         self._creating = 0
         self._started = False
@@ -473,39 +476,16 @@ class Fleet:
 
     # ================= mode and checkpoints =================
     async def set_mode(self, session_id: str, mode: str) -> None:
-        """Switch a session between ``plan`` and ``act``; a running agent is told before its
-        next turn, and the choice is kept for later runs."""
-        from workstation.core.agent_events import AgentMode
-
-        if mode not in ("plan", "act"):
-            raise UserError(f"mode must be 'plan' or 'act', not {mode!r}")
-        rec = self.book.rec(session_id)
-        rec.spec = replace(rec.spec, mode=mode)
-        rec.agent_meta["mode"] = mode
-        self.store.queue_update(session_id, spec=rec.spec, agent_meta=dict(rec.agent_meta))
-        agent = self.drivers.agent(session_id)
-        if agent is not None and hasattr(agent, "set_mode"):
-            agent.set_mode(AgentMode(mode))
+        """Plan or act (``agent_controls.py``); a running agent hears it before its next turn."""
+        self.controls.set_mode(session_id, mode)
 
     async def checkpoints(self, session_id: str) -> list[Checkpoint]:
         return await self.workspaces.checkpoints(session_id)
 
     async def restore_checkpoint(self, session_id: str, commit: str, *, files: bool = True,
                                  conversation: bool = True) -> None:
-        """Restore a paused or finished session's files, conversation, or both, to a checkpoint
-        (the agent does the git work; the rewritten history is stored like any other change)."""
-        rec = self.book.rec(session_id)
-        if rec.state.is_active or self.drivers.alive(session_id):
-            raise UserError(f"{rec.name} is working; pause or stop it before restoring a checkpoint")
-        agent = await self.runner.build(
-            session_id, self.router.assign(session_id, previous=rec.endpoint_name), message=None,
-            on_event=lambda event: self.sink.on_agent_event(session_id, event), approver=None)
-        restore = getattr(agent, "restore_checkpoint", None)
-        if restore is None:
-            raise UserError("this session's agent cannot restore checkpoints")
-        await restore(commit, files=files, conversation=conversation)
-        self.runner.keep_meta(session_id, agent)
-        await self.store.flush()
+        """Files, conversation or both back to a checkpoint (``agent_controls.py``)."""
+        await self.controls.restore_checkpoint(session_id, commit, files=files, conversation=conversation)
 
     # ================= review and orphans (WorkspaceOps) =================
     async def diff(self, session_id: str) -> review.SessionDiff:
