@@ -28,14 +28,13 @@ from workstation.agent.images import MAX_IMAGES, ImageAttachment, user_content
 from workstation.agent.images import refusal as images_refusal
 from workstation.agent.jail import JailError, PathJail
 from workstation.agent.mcp.hub import McpHub
+from workstation.agent.opening import first_protocol, session_rules, system_base, why_not_guided
 from workstation.agent.outcome import STATE_AFTER, AgentOutcome, TurnFailed, protocol_of
 from workstation.agent.protocols import (
-    ReplyCalls, choose_protocol, is_context_overflow, is_tool_refusal, step_down, system_prompt,
-    tool_result_message,
+    ReplyCalls, is_context_overflow, is_tool_refusal, step_down, tool_result_message,
 )
-from workstation.agent.rules import Rules, load_rules, rules_cap
 from workstation.agent.tool_set import BUILTIN, ToolSet
-from workstation.agent.tool_specs import OPENAI_TOOLS, QUESTION_TOOL
+from workstation.agent.tool_specs import QUESTION_TOOL
 from workstation.agent.toolbox import Toolbox
 from workstation.agent.toolcalls import RawCall
 from workstation.agent.turn import condense, stream_turn
@@ -51,9 +50,6 @@ Approver = Callable[[ApprovalRequest], Awaitable[ApprovalDecision]]
 """Decides one approval request; may take as long as a person needs."""
 SlotFactory = Callable[[], AbstractAsyncContextManager[Any]]
 """Returns an async context manager held around each model turn (the fleet's cap)."""
-
-_TOOLS_TOKENS = len(message_json({"t": list(OPENAI_TOOLS)})) // 3
-
 
 class Agent:
     """One coding agent working in ``root`` on ``task``. See the package docstring."""
@@ -381,13 +377,9 @@ class Agent:
 
     def _estimate_context(self) -> int:
         if self._usage_len == 0:
-            tools = self._tools_tokens() if self._protocol not in (ToolProtocol.TEXT, ToolProtocol.GUIDED) else 0
+            tools = self._calls.tools.definition_tokens if self._protocol not in (ToolProtocol.TEXT, ToolProtocol.GUIDED) else 0
             return estimate_tokens(self._messages) + tools
         return self._context_tokens + estimate_tokens(self._messages[self._usage_len:])
-
-    def _tools_tokens(self) -> int:
-        extra = self._calls.tools.openai[len(OPENAI_TOOLS):]
-        return _TOOLS_TOKENS + (len(message_json({"t": list(extra)})) // 3 if extra else 0)
 
     async def _between_steps(self) -> None:
         """Honour pause (and a stop that came while paused) at a step boundary."""
@@ -402,10 +394,7 @@ class Agent:
         if self._needs_repair:
             self._repair_tail()
         if self._protocol is None:
-            self._protocol, why = choose_protocol(self.config, self.client.endpoint)
-            if self._protocol is ToolProtocol.GUIDED and self._needs_full_protocol():
-                self._protocol, why = ToolProtocol.TOOL_ONLY, f"{why}; but {self._needs_full_protocol()}, " \
-                                                              "so every turn is a tool call of the full list"
+            self._protocol, why = first_protocol(self.config, self.client.endpoint, self.task_images)
             self._emit(ev.ProtocolSelected(self.session_id, self._protocol, why))
         if not self._messages:
             await self._start_conversation()
@@ -443,10 +432,10 @@ class Agent:
     async def _start_conversation(self) -> None:
         assert self._protocol is not None
         listing = await self._toolbox.environment_listing(self.config.environment_listing_entries)
-        rules = await asyncio.to_thread(self._load_rules)
+        rules = await asyncio.to_thread(session_rules, self.config, self.root)
         self._emit(ev.RulesLoaded(self.session_id, tuple(f.path for f in rules.files), rules.cut, rules.left_out,
                                   rules.skipped, sum(f.chars for f in rules.files)))
-        content = self._system_base(self._protocol)
+        content = system_base(self._protocol, self._calls.tools)
         if rules.section:
             content += "\n\n" + rules.section  # after the constant part: one repository, one prefix
         self._append({"role": "system", "content": content})
@@ -454,39 +443,16 @@ class Agent:
         self._append({"role": "user", "content": user_content(task, self.task_images)})
         self._emit_images(self.task_images, with_task=True)
 
-    def _load_rules(self) -> Rules:
-        cfg = self.config
-        if not cfg.rules and not cfg.rules_files:
-            return Rules()
-        top = Path(cfg.rules_root) if cfg.rules_root else self.root
-        return load_rules(top, self.root, max_chars=rules_cap(cfg.rules_max_chars, cfg.context_window_tokens),
-                          extra=cfg.rules_files, repository=cfg.rules)
-
     def _switch_protocol(self, new: ToolProtocol, why: str) -> None:
         old = self._protocol
         self._protocol = new
         self._emit(ev.ProtocolSelected(self.session_id, new, why))
-        if old is not None and self._system_base(old) != self._system_base(new) and self._messages:
-            current, before = str(self._messages[0].get("content") or ""), self._system_base(old)
+        tools = self._calls.tools
+        if old is not None and system_base(old, tools) != system_base(new, tools) and self._messages:
+            current, before = str(self._messages[0].get("content") or ""), system_base(old, tools)
             tail = current[len(before):] if current.startswith(before) else ""  # the rules stay
-            self._replace_history([{"role": "system", "content": self._system_base(new) + tail},
+            self._replace_history([{"role": "system", "content": system_base(new, tools) + tail},
                                    *self._messages[1:]])
-
-    def _needs_full_protocol(self) -> str:
-        """Why this session cannot be guided (empty when it can): the guided protocol offers its
-        own few calls and a bounded view of the history, so MCP tools and images would be lost."""
-        if self.config.mcp_servers:
-            return "the session has MCP tools"
-        if self.task_images:
-            return "the task has images"
-        return ""
-
-    def _system_base(self, protocol: ToolProtocol) -> str:
-        """The system prompt before the rules: constant, plus the MCP tools' section where the
-        protocol has no ``tools`` field (text)."""
-        base = system_prompt(protocol)
-        section = self._calls.tools.text_section() if protocol is ToolProtocol.TEXT else ""
-        return f"{base}\n\n{section}" if section else base
 
     def _max_tokens(self) -> int:
         room = self.config.context_window_tokens - self._estimate_context() - 64
@@ -597,7 +563,7 @@ class Agent:
         if result.progress:
             self._mistakes = 0
         if result.repeated and self._protocol in (ToolProtocol.NATIVE, ToolProtocol.TOOL_ONLY) \
-                and not self._needs_full_protocol():
+                and not why_not_guided(self.config, self.task_images):
             # the recovery step: a model that repeats itself gets its next calls narrowed
             self._switch_protocol(ToolProtocol.GUIDED, "the model repeated a call that had succeeded; "
                                                        "its next steps are guided")

@@ -24,6 +24,8 @@ class ToolSet:
         self.extra: dict[str, ToolSpec] = {s.name: s for s in extra}
         self.openai: tuple[dict[str, Any], ...] = OPENAI_TOOLS + tuple(s.openai() for s in extra)
         """The ``tools`` field of a native request."""
+        self.definition_tokens = _BUILTIN_TOKENS + (_tokens_of(self.openai[len(OPENAI_TOOLS):]) if extra else 0)
+        """About how many prompt tokens the definitions take (before the engine reports usage)."""
 
     def spec(self, name: str) -> ToolSpec | None:
         builtin = canonical_tool_name(name)
@@ -77,6 +79,12 @@ class ToolSet:
             lines.append(f"## {tool} (server {server})\n{spec.description}\nParameters (JSON schema): {schema}")
         return "\n\n".join(lines)
 
+
+def _tokens_of(definitions: Sequence[dict[str, Any]]) -> int:
+    return len(orjson.dumps({"t": list(definitions)}).decode()) // 3
+
+
+_BUILTIN_TOKENS = _tokens_of(OPENAI_TOOLS)
 
 BUILTIN = ToolSet()
 """The built-in tools alone (a run without MCP servers)."""
