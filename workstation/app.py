@@ -28,9 +28,10 @@ from workstation.core.errors import UserError
 from workstation.ui.event_loop import make_event_loop, settle_garbage_collector
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Coroutine, Mapping
 
     import httpx
+    from PySide6.QtCore import QMessageLogContext, QtMsgType
 
     from workstation.core.profiles import Profile
     from workstation.tuning.checks import CheckReport
@@ -51,7 +52,7 @@ __all__ = ["Application", "install_qt_logging", "make_event_loop", "run_gui", "s
 log = logging.getLogger("workstation.app")
 qt_log = logging.getLogger("workstation.qt")
 
-def _qt_message_handler(mode: Any, context: Any, message: str) -> None:
+def _qt_message_handler(mode: QtMsgType, context: QMessageLogContext | None, message: str) -> None:
     from PySide6.QtCore import QtMsgType
 
     level = {
@@ -78,7 +79,7 @@ class SignalWakeup:
     (``signal.set_wakeup_fd``) that a ``QSocketNotifier`` watches, so the loop wakes and
     the shutdown runs as Python code on the GUI thread."""
 
-    def __init__(self, on_signal: Any) -> None:
+    def __init__(self, on_signal: Callable[[int], None]) -> None:
         from PySide6.QtCore import QSocketNotifier
 
         self._rsock, self._wsock = socket.socketpair()
@@ -92,7 +93,7 @@ class SignalWakeup:
         self.notifier = QSocketNotifier(self._rsock.fileno(), QSocketNotifier.Type.Read)
         self.notifier.activated.connect(self._readable)
 
-    def _readable(self, *_: Any) -> None:
+    def _readable(self, *_: object) -> None:
         with contextlib.suppress(BlockingIOError, InterruptedError):
             data = self._rsock.recv(64)
             for signum in data:
@@ -139,7 +140,7 @@ class Application:
         self._cost: CostEstimate | None = None
         self._shutdown = asyncio.Event()
         self._accepting = True
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.ready = asyncio.Event()
         """Set when sessions can be created (the fleet is up)."""
 
@@ -148,13 +149,13 @@ class Application:
             log.info("shutdown requested %s", reason)
             self._shutdown.set()
 
-    def _spawn(self, coro: Any, name: str) -> asyncio.Task[Any]:
+    def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
         task = asyncio.get_event_loop().create_task(coro, name=f"app:{name}")
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
         return task
 
-    def _task_done(self, task: asyncio.Task[Any]) -> None:
+    def _task_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         if task.cancelled() or task.exception() is None:
             return
@@ -353,9 +354,15 @@ class Application:
             self.request_shutdown("(demo duration reached)")
 
     async def _build_meters(self) -> None:
-        from workstation.ui.meters.install import install_meters
-
+        """The meter strip and dock on the service factory's meters; where a part of them cannot
+        load (a broken plotting install), the window says so and the sessions go on without."""
         assert self.services is not None and self.window is not None and self.fleet is not None
+        try:
+            from workstation.ui.meters.install import install_meters
+        except ImportError as exc:
+            log.warning("meters are not available: %s", exc)
+            self.window.show_status(f"Meters are not available here: {exc}", 20000)
+            return
         meters = self.meters = self.services.meters(streams=self.fleet.streams)
         meters.cost_updated.connect(self._on_cost)
         install_meters(self.window, meters, settings=self.settings)
@@ -393,6 +400,8 @@ class Application:
     async def shutdown(self) -> None:
         """Stop accepting work → cancel agents → stop the engine → close the client. Each stage
         that fails is logged, and the next one still runs."""
+        from workstation.services import shutdown_stage
+
         self._accepting = False
         window = self.window
         if window is not None:
@@ -402,29 +411,26 @@ class Application:
         recorder = self.recorder
         if recorder is not None and recorder.state.value in ("starting", "recording"):
             recorder.stop()
-            await _stage("recording", asyncio.wait_for(recorder.wait_async(), 15))
+            with shutdown_stage("finishing the recording"):
+                await asyncio.wait_for(recorder.wait_async(), 15)
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=10)
         if self.services is not None:
-            await _stage("sessions", self.services.close_sessions())  # ends every agent; states stay
+            with shutdown_stage("ending the sessions"):
+                await self.services.close_sessions()  # ends every agent; states stay
         if self.bridge is not None:
-            self.bridge.close()
+            with shutdown_stage("closing the fleet's bridge"):
+                self.bridge.close()
         if window is not None:
-            await _stage("window tasks", window.tasks.aclose())
+            with shutdown_stage("ending the window's tasks"):
+                await window.tasks.aclose()
         if self.services is not None:
             await self.services.aclose()  # meters → engine → HTTP client, each stage logged
         if window is not None:
             window.allow_close()
             window.close()
-
-
-async def _stage(name: str, step: Any) -> None:
-    try:
-        await step
-    except Exception:  # noqa: BLE001 - shut-down goes on; the failure is in the log
-        log.exception("shutdown: %s failed", name)
 
 
 def run_gui(args: argparse.Namespace | None = None) -> int:

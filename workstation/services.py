@@ -18,8 +18,9 @@ safe switch the fleet's router and the meters' scraper and engine pid use the ne
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -205,24 +206,31 @@ class Services:
         their state, so the next start resumes them)."""
         fleets, self._fleets = self._fleets, []
         for fleet in reversed(fleets):
-            await _stage("fleet", fleet.aclose())
+            with shutdown_stage("closing the fleet"):
+                await fleet.aclose()
 
     async def aclose(self) -> None:
         """Stop accepting work (every fleet ends its agents; sessions keep their state) → the
         meters → the engine → the HTTP client. A stage that fails is logged and the next runs."""
         await self.close_sessions()
         for meters in reversed(self._meters):
-            await _stage("meters", meters.aclose())
+            with shutdown_stage("closing the meters"):
+                await meters.aclose()
         self._meters.clear()
         if self._engine is not None and self._engine.managed:
-            await _stage("engine", self._engine.stop())
+            with shutdown_stage("stopping the engine"):
+                await self._engine.stop()
         if self._http is not None and self._owns_http:
-            await _stage("http client", self._http.aclose())
+            with shutdown_stage("closing the HTTP client"):
+                await self._http.aclose()
             self._http = None
 
 
-async def _stage(name: str, step: Any) -> None:
+@contextlib.contextmanager
+def shutdown_stage(what: str) -> Iterator[None]:
+    """One stage of a staged shut-down (here and in the window's, ``app.py``): a failure is
+    logged with its traceback as ``shutdown: <what> failed``, and the next stage still runs."""
     try:
-        await step
+        yield
     except Exception:  # noqa: BLE001 - shut-down goes on; the failure is in the log
-        log.exception("shutdown: closing the %s failed", name)
+        log.exception("shutdown: %s failed", what)
