@@ -204,7 +204,7 @@ def test_pause_all_and_commit_from_diff_tab(qtbot, fleet_ui: FleetUI) -> None:  
         assert all(ui.state(s) is S.AWAITING_APPROVAL for s in (*sids, paused))
         assert ui.window.attention.waiting == 3 and "3 need you" in ui.window.summary_label.text()
         for sid in sids:
-            ui.window._approve_pane(ui.window.panes[sid])
+            ui.window.approvals.approve(ui.window.panes[sid])
         await ui.wait(lambda: all(ui.state(s) is S.DONE for s in sids))
         (done,) = await ui.create(auto_approve="edits", task="Fix add() again")
         await ui.wait(lambda: ui.state(done) is S.DONE)

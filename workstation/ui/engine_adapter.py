@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from psygnal import Signal
 
 from workstation.core.endpoints import Endpoint
 from workstation.engine.host import EngineHost, ManagedEngine
+from workstation.engine.launcher import EngineState
 from workstation.ui.backend import EngineView
 
 log = logging.getLogger(__name__)
@@ -76,10 +76,10 @@ class EngineAdapter:
     def _on_log_line(self, line: str) -> None:
         self.log_line.emit(line)
 
-    def _on_state_changed(self, state: Any, detail: str) -> None:
+    def _on_state_changed(self, _state: EngineState, _detail: str) -> None:
         self.view_changed.emit(self.view())
 
-    def _on_launcher_changed(self, launcher: Any) -> None:
+    def _on_launcher_changed(self, _launcher: ManagedEngine | None) -> None:
         self.view_changed.emit(self.view())
 
     async def start(self, profile: str | None = None) -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
+    QDockWidget,
     QLabel,
     QMainWindow,
     QMenu,
@@ -29,6 +30,7 @@ from PySide6.QtWidgets import (
 
 from workstation.config import Settings
 from workstation.core.session_state import SessionState
+from workstation.ui.approval_controls import ApprovalControls
 from workstation.ui.attention import Attention
 from workstation.ui.backend import EngineControl, EngineView, SessionCommands
 from workstation.ui.engine_dock import STATE_WORDS, EngineDock
@@ -44,6 +46,8 @@ from workstation.ui.tasks import TaskOwner
 
 if TYPE_CHECKING:
     from workstation.ui.bridge import FleetBridge
+    from workstation.ui.dialogs.new_session import NewSessionDialog
+    from workstation.ui.dialogs.settings_dialog import SettingsDialog
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +76,8 @@ class MainWindow(QMainWindow):
         self.panes: dict[str, SessionPane] = {}
         self.bridge: FleetBridge | None = None
         self._slots_text = ""
-        self.new_session_dialog = None
-        self.settings_dialog = None
+        self.new_session_dialog: NewSessionDialog | None = None
+        self.settings_dialog: SettingsDialog | None = None
         self._closing = False
         self._allow_close = False
         self.setWindowTitle("workstation")
@@ -102,6 +106,7 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
         self.attention = Attention(self)
+        self.approvals = ApprovalControls(self.panes, self.focus, self._command)
         self._build_toolbar()
         self._build_status_bar()
         self.engine_dock = EngineDock(self)
@@ -112,7 +117,7 @@ class MainWindow(QMainWindow):
         self.tuning_dock = TuningDock(settings, self, tasks=self.tasks)
         self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.tuning_dock)
         self.tuning_dock.hide()
-        self.meters_dock = None
+        self.meters_dock: QDockWidget | None = None
         self._build_shortcuts()
         self._wire()
 
@@ -144,7 +149,7 @@ class MainWindow(QMainWindow):
         self.approve_all_action = QAction(safe_icon("approve"), "Approve", self)
         self.approve_all_action.setToolTip("Approve every pending request (Ctrl+Shift+A)")
         self.layout_action = QAction(safe_icon("layout"), "Layout", self)
-        self.session_actions = SessionActions(self)  # pane menus (ready, dev server, setup), merge queue
+        self.session_actions = SessionActions(self, self)  # pane menus (ready, dev server, setup), merge queue
         for action in (self.new_action, self.start_all_action, self.pause_all_action, self.approve_all_action,
                        self.session_actions.merge_action):
             bar.addAction(action)
@@ -224,7 +229,7 @@ class MainWindow(QMainWindow):
         self.grid.repository_dropped.connect(self.open_new_session)
         self.start_all_action.triggered.connect(lambda: self._command("start-all", lambda c: c.start_all()))
         self.pause_all_action.triggered.connect(lambda: self._command("pause-all", lambda c: c.pause_all()))
-        self.approve_all_action.triggered.connect(self.approve_all)
+        self.approve_all_action.triggered.connect(lambda: self.approvals.approve_all(self.attention.waiting_ids()))
         self.settings_action.triggered.connect(self.open_settings)
         self.engine_button.clicked.connect(self.toggle_engine_dock)
         self.engine_dock_action.triggered.connect(self.toggle_engine_dock)
@@ -237,9 +242,6 @@ class MainWindow(QMainWindow):
         self.focus.follow_up_images.connect(
             lambda sid, text, images: self._command(
                 "follow-up", lambda c: c.follow_up(sid, text, tuple(images))))
-        self.focus.approval.approved.connect(lambda: self._approve_pane(self.focus.pane))
-        self.focus.approval.denied.connect(lambda text: self._deny_pane(self.focus.pane, text))
-        self.focus.approval.edited.connect(lambda args: self._approve_pane(self.focus.pane, args))
         self.focus.diff.refresh_requested.connect(self.refresh_diff)
         self.focus.diff.integrate_requested.connect(self._on_integrate)
         self.engine_dock.start_requested.connect(lambda p: self._engine("start", lambda e: e.start(p or None)))
@@ -257,9 +259,7 @@ class MainWindow(QMainWindow):
         pane = SessionPane(info, doc)
         self.panes[info.session_id] = pane
         pane.activated.connect(lambda p=pane: self.show_focus(p))
-        pane.approve.connect(lambda p=pane: self._approve_pane(p))
-        pane.deny.connect(lambda text, p=pane: self._deny_pane(p, text))
-        pane.edit.connect(lambda args, p=pane: self._approve_pane(p, args))
+        self.approvals.attach(pane)
         self.session_actions.attach(pane)
         self.grid.add_pane(pane)
         self.attention.state_changed(info.session_id, info.name, None, info.state)
@@ -309,19 +309,10 @@ class MainWindow(QMainWindow):
         return self.panes[session_id].doc
 
     def show_approval(self, session_id: str, title: str, summary: str, arguments: str, preview: str = "") -> None:
-        pane = self.panes.get(session_id)
-        if pane is None:
-            return
-        pane.show_approval(title, summary, arguments, preview)
-        if self.focus.pane is pane:
-            self.focus.sync_approval()
+        self.approvals.show(session_id, title, summary, arguments, preview)
 
     def clear_approval(self, session_id: str) -> None:
-        pane = self.panes.get(session_id)
-        if pane is not None:
-            pane.hide_approval()
-            if self.focus.pane is pane:
-                self.focus.sync_approval()
+        self.approvals.clear(session_id)
 
     def attach_bridge(self, bridge: FleetBridge) -> None:
         """Follow a fleet through its bridge (status lines, slots, output, checkpoints)."""
@@ -367,7 +358,7 @@ class MainWindow(QMainWindow):
     def show_focus(self, pane: SessionPane) -> None:
         self.grid.set_focus(self.grid.panes.index(pane))
         commands = self.commands
-        if commands is not None and hasattr(commands, "images_refusal"):
+        if commands is not None:
             self.focus.configure_images(commands.attachments_dir(), commands.images_refusal())
         self.focus.show_pane(pane)
         session_id = pane.info.session_id
@@ -407,7 +398,7 @@ class MainWindow(QMainWindow):
     def set_meter_strip(self, widget: QWidget) -> None:
         self.meter_strip_host.addWidget(widget)
 
-    def set_meters_dock(self, dock) -> None:
+    def set_meters_dock(self, dock: QDockWidget) -> None:
         self.meters_dock = dock
         self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
         dock.hide()
@@ -479,40 +470,14 @@ class MainWindow(QMainWindow):
             return
         self.tasks.spawn(call(self.commands), name)
 
-    def approve_all(self) -> None:
-        for session_id in sorted(self.attention.waiting_ids()):
-            pane = self.panes.get(session_id)
-            if pane is not None and pane.info.state is SessionState.AWAITING_APPROVAL:
-                self._approve_pane(pane)
-
     def approve_focused(self) -> None:
-        pane = self.focus.pane if self.in_focus_view else self.grid.focused_pane()
-        if pane is not None and pane.info.state is SessionState.AWAITING_APPROVAL:
-            self._approve_pane(pane)
+        self.approvals.approve_waiting(self.focus.pane if self.in_focus_view else self.grid.focused_pane())
 
     def pause_focused(self) -> None:
         pane = self.focus.pane if self.in_focus_view else self.grid.focused_pane()
         if pane is not None:
             sid = pane.info.session_id
             self._command("toggle-pause", lambda c: c.toggle_pause(sid))
-
-    def _approve_pane(self, pane: SessionPane | None, edited: str | None = None) -> None:
-        if pane is None:
-            return
-        pane.hide_approval()
-        if self.focus.pane is pane:
-            self.focus.approval.hide()
-        sid = pane.info.session_id
-        self._command("approve", lambda c: c.approve(sid, edited))
-
-    def _deny_pane(self, pane: SessionPane | None, feedback: str) -> None:
-        if pane is None:
-            return
-        pane.hide_approval()
-        if self.focus.pane is pane:
-            self.focus.approval.hide()
-        sid = pane.info.session_id
-        self._command("deny", lambda c: c.deny(sid, feedback))
 
     def _on_focus_follow_up(self, session_id: str, text: str) -> None:
         self._command("follow-up", lambda c: c.follow_up(session_id, text))

@@ -5,19 +5,32 @@ bridge turns into pane state (``SessionReadyChanged``, ``DevServerChanged``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
 
-from PySide6.QtCore import QUrl
+from PySide6.QtCore import QPoint, QUrl
 from PySide6.QtGui import QAction, QDesktopServices
-from PySide6.QtWidgets import QMenu
+from PySide6.QtWidgets import QMenu, QWidget
 
-from workstation.ui.backend import SessionTools
+from workstation.ui.backend import SessionCommands, SessionTools
 from workstation.ui.dialogs.merge_dialog import MergeDialog
 from workstation.ui.icons_fallback import safe_icon
 from workstation.ui.panes.session_pane import SessionPane
+from workstation.ui.tasks import TaskOwner
 
 
-def session_menu(tools: SessionTools, parent: Any = None) -> QMenu:
+class ToolsWindow(Protocol):
+    """What the tools ask of the window (:class:`workstation.ui.main_window.MainWindow`, a
+    QWidget that parents their menus and dialogs)."""
+
+    @property
+    def commands(self) -> SessionCommands | None: ...
+    @property
+    def tasks(self) -> TaskOwner: ...
+    def show_status(self, message: str, timeout_ms: int = 8000) -> None: ...
+    def show_error(self, message: str) -> None: ...
+
+
+def session_menu(tools: SessionTools, parent: QWidget | None = None) -> QMenu:
     """The pane's menu; each action's ``data()`` names what it does."""
     menu = QMenu(parent)
 
@@ -45,23 +58,24 @@ def session_menu(tools: SessionTools, parent: Any = None) -> QMenu:
 
 
 class SessionActions:
-    def __init__(self, window: Any) -> None:
+    def __init__(self, window: ToolsWindow, parent: QWidget) -> None:
         self.window = window
+        self._parent = parent
         self.menu: QMenu | None = None
         self.dialog: MergeDialog | None = None
-        self.merge_action = QAction(safe_icon("merge"), "Merge ready…", window)
+        self.merge_action = QAction(safe_icon("merge"), "Merge ready…", parent)
         self.merge_action.setToolTip("Merge the sessions marked ready, gated by the test command")
         self.merge_action.triggered.connect(self.open_merge)
 
     def attach(self, pane: SessionPane) -> None:
         pane.menu_requested.connect(lambda pos, p=pane: self.open_menu(p, pos))
 
-    def open_menu(self, pane: SessionPane, pos: Any = None) -> QMenu | None:
+    def open_menu(self, pane: SessionPane, pos: QPoint | None = None) -> QMenu | None:
         commands = self.window.commands
         if commands is None:
             return None
         sid = pane.info.session_id
-        self.menu = session_menu(commands.session_tools(sid), self.window)
+        self.menu = session_menu(commands.session_tools(sid), self._parent)
         self.menu.triggered.connect(lambda action: self.run(sid, action.data() or ""))
         if pos is not None:
             self.menu.popup(pos)
@@ -88,13 +102,16 @@ class SessionActions:
         if commands is None:
             self.window.show_error("no sessions service is running")
             return None
-        self.dialog = MergeDialog(commands.merge_plan(), self.window)
+        self.dialog = MergeDialog(commands.merge_plan(), self._parent)
         self.dialog.merge_requested.connect(self._merge)
         self.dialog.open()
         return self.dialog
 
     def _merge(self, into: str, gate: str, rebase: bool) -> None:
         commands = self.window.commands
+        if commands is None:
+            self.window.show_error("no sessions service is running")
+            return
 
         async def merge() -> None:
             self.merge_action.setEnabled(False)

@@ -137,10 +137,9 @@ class NewSessionDialog(QDialog):
         form.addRow("Task", self.task)
         self.task_error = self._error_label()
         form.addRow("", self.task_error)
-        folder = commands.attachments_dir() if commands is not None and hasattr(commands, "attachments_dir") else ""
+        folder = commands.attachments_dir() if commands is not None else ""
         self.images = ImageTray(Path(folder) if folder else None)
-        refusal = commands.images_refusal() if commands is not None and hasattr(commands, "images_refusal") else \
-            "no model to ask"
+        refusal = commands.images_refusal() if commands is not None else "no model to ask"
         self.images.set_allowed(not refusal, refusal)
         self.images.install_paste(self.task)
         self.images.problem.connect(lambda text: self._show(self.task_error, text, True))
@@ -178,7 +177,7 @@ class NewSessionDialog(QDialog):
 
         self.adapter = QComboBox()
         self.adapter.addItem("none (the base model)", "")
-        for name in (commands.adapter_names() if commands is not None and hasattr(commands, "adapter_names") else []):
+        for name in (commands.adapter_names() if commands is not None else []):
             self.adapter.addItem(name, name)
         self.adapter.setEnabled(self.adapter.count() > 1)
         self.adapter.setToolTip("A LoRA adapter the engine serves (engine.lora_dir): the session's requests name it")
