@@ -446,12 +446,12 @@ def run_gui(args: argparse.Namespace | None = None) -> int:
         raise UserError(preflight_message(platform))
     settings = load_settings()
     demo = demo_request(args, settings) if args is not None and args.func is not None else None
-    if demo is not None and getattr(args, "endpoint", None):
+    if demo is not None and args.endpoint:
         engine = settings.engine.model_copy(update={
             "external_url": args.endpoint, "external_api_key": args.api_key or "",
             "external_model": args.model})
         settings = settings.model_copy(update={"engine": engine})
-    elif demo is not None and getattr(args, "model", None):
+    elif demo is not None and args.model:
         settings = settings.model_copy(update={"engine": settings.engine.model_copy(update={"model": args.model})})
     install_qt_logging()
     app = QApplication.instance() or QApplication(sys.argv[:1])
@@ -476,13 +476,13 @@ def run_gui(args: argparse.Namespace | None = None) -> int:
 def demo_request(args: argparse.Namespace, settings: Settings) -> DemoRequest:
     """The window side of ``workstation demo`` (see ``commands/demo_cmd.py``)."""
     size = None
-    if getattr(args, "size", None):
+    if args.size:
         try:
             w, h = (int(v) for v in args.size.lower().replace("×", "x").split("x"))
         except ValueError:
             raise UserError(f"--size must look like 1280x720, not {args.size!r}") from None
         size = (w - w % 2, h - h % 2)
-    record = Path(args.record).expanduser().resolve() if getattr(args, "record", None) else None
+    record = Path(args.record).expanduser().resolve() if args.record else None
     if record is not None and record.parent and not record.parent.is_dir():
         raise UserError(f"cannot record to {record}: folder {record.parent} does not exist")
     return DemoRequest(sessions=args.sessions, manifest=args.manifest, record=record,

@@ -31,7 +31,7 @@ from workstation.core import fleet_events as fe
 from workstation.fleet.service import Fleet
 from workstation.ui.backend import SessionView
 from workstation.ui.panes.session_pane import PaneInfo
-from workstation.ui.panes.transcript_doc import LineStyle, TranscriptDoc
+from workstation.ui.panes.transcript_doc import Line, LineStyle, TranscriptDoc
 
 log = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class FleetBridge(QObject):
         self._docs: dict[str, TranscriptDoc] = {}
         """Each session's document (what the window gave back when it made the pane)."""
         self._last_seq: dict[str, int] = {}
-        self._tool_lines: dict[tuple[str, str], Any] = {}
+        self._tool_lines: dict[tuple[str, str], Line] = {}
         self._streamed: set[tuple[str, str]] = set()
         """Commands whose output streamed live (else it comes from their stored result)."""
         self._loading: dict[str, list[fe.SessionAgentEvent]] = {}
@@ -373,7 +373,7 @@ class FleetBridge(QObject):
         if live:
             self.output_appended.emit(session_id, text)
 
-    def _finish_tool_line(self, session_id: str, line: Any, event: ev.ToolCallFinished, live: bool) -> None:
+    def _finish_tool_line(self, session_id: str, line: Line, event: ev.ToolCallFinished, live: bool) -> None:
         """A tool line's status; a command's exit code (✓ / ✗) and its output, which its line
         expands to and the Output tab shows (from the stored result after a restart)."""
         spec = SPECS_BY_NAME.get(event.tool)

@@ -24,7 +24,7 @@ os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
 
 import pyqtgraph as pg  # noqa: E402
 from PySide6.QtCore import Qt  # noqa: E402
-from PySide6.QtGui import QPalette  # noqa: E402
+from PySide6.QtGui import QPalette, QShowEvent  # noqa: E402
 from PySide6.QtWidgets import (  # noqa: E402
     QAbstractItemView,
     QDockWidget,
@@ -222,7 +222,7 @@ class TuningDock(QDockWidget):
         self._update_switch_button()
 
     # ----- loading -----
-    def showEvent(self, event: Any) -> None:  # noqa: N802
+    def showEvent(self, event: QShowEvent) -> None:  # noqa: N802
         super().showEvent(event)
         if self.view is None and self._load_task is None:
             self.refresh()
