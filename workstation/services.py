@@ -110,11 +110,6 @@ class Services:
         self._follow_engine(host)
         return host
 
-    @property
-    def engine_host(self) -> EngineHost | None:
-        """The engine owner, once :meth:`engine` made it."""
-        return self._engine
-
     def follow_endpoint(self, follower: EndpointFollower) -> None:
         """Call ``follower(endpoint)`` whenever the live engine's endpoint changes (a restart,
         a switch); never with None."""

@@ -91,13 +91,6 @@ def user_content(text: str, images: Sequence[ImageAttachment]) -> str | list[dic
     return [{"type": "text", "text": text}, *(image.part() for image in images)]
 
 
-def image_count(message: dict[str, Any]) -> int:
-    content = message.get("content")
-    if not isinstance(content, list):
-        return 0
-    return sum(1 for part in content if isinstance(part, dict) and part.get("type") == "image_url")
-
-
 def config_takes_images(config: dict[str, Any] | None) -> bool | None:
     """Whether a model's ``config.json`` has a vision part; None without a config."""
     if not isinstance(config, dict):

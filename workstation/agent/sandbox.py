@@ -523,7 +523,3 @@ async def prepare(command: str, cwd: str, policy: SandboxPolicy, env: dict[str, 
 def forget_probes() -> None:
     """Probe again at the next command (after bubblewrap was installed, in tests)."""
     _probes.clear()
-
-
-def session_roots() -> Iterable[str]:
-    return tuple(_session_roots)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import importlib.metadata as metadata
 import json
 import platform
 import shutil
@@ -18,13 +17,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     doctor = subparsers.add_parser("doctor", help="report Python, Qt, engine, models, GPU, command sandbox and disk")
     doctor.add_argument("--json", action="store_true", help="one JSON object instead of sentences")
     doctor.set_defaults(func=_doctor)
-
-
-def _version(dist: str) -> str | None:
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def gpu_report() -> dict:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -343,8 +343,3 @@ def estimate_cost(
         joules_per_token=joules_per_token(energy_j, tokens.output_tokens),
         notes=tuple(notes),
     )
-
-
-def with_mode(a: SelfHostAssumptions, mode: SelfHostMode) -> SelfHostAssumptions:
-    """A copy of ``a`` in another mode (the cost panel's switch)."""
-    return replace(a, mode=mode)

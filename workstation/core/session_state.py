@@ -107,10 +107,6 @@ class IllegalTransition(ValueError):
         self.new = new
 
 
-def can_transition(old: SessionState, new: SessionState) -> bool:
-    return new in LEGAL_TRANSITIONS[old]
-
-
 def check_transition(old: SessionState, new: SessionState) -> SessionState:
     """Return ``new`` if ``old -> new`` is legal, else raise :class:`IllegalTransition`."""
     if new not in LEGAL_TRANSITIONS[old]:

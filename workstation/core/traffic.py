@@ -131,10 +131,6 @@ class TrafficShape:
     notes: tuple[str, ...] = field(default=())
 
     # ----- derived -----
-    @property
-    def input_output_ratio(self) -> float:
-        return self.prompt_tokens.mean / self.completion_tokens.mean if self.completion_tokens.mean else 0.0
-
     def suggested_concurrency(self) -> int:
         """Streams to replay with: the p90 of the observed concurrency, at least 1."""
         return max(1, round(self.concurrency_p90))

@@ -54,10 +54,6 @@ class Launchers:
 
         return cls(settings, require_engine(settings), resolve_model(settings, model))
 
-    def with_settings(self, settings: Settings) -> Launchers:
-        """The same install and model under other settings (the tuning lab's fixed KV cache)."""
-        return Launchers(settings, self.install, self.model)
-
     def __call__(self, profile: str | Profile | None = None, env: Mapping[str, str] | None = None, *,
                  port: int | None = None, log_dir: Path | None = None, log_subdir: str = "",
                  sessions: int | None = None, gpu_memory: Callable[[], list[Any]] | None = None,

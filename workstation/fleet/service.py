@@ -59,7 +59,7 @@ from workstation.fleet.provision import (
     taken_names,
     prepare_repository,
 )
-from workstation.fleet.repos import inspect_repository, session_names
+from workstation.fleet.repos import session_names
 from workstation.fleet.routing import Router
 from workstation.fleet.session import SessionRecord, SessionSpec
 from workstation.fleet.shelf import SessionShelf
@@ -556,10 +556,6 @@ class Fleet:
 
     async def remove_orphans(self, orphans: Sequence[OrphanWorktree] | None = None) -> int:
         return await self.workspaces.remove_orphans(orphans)
-
-    async def attach_check(self, path: str) -> str:
-        """Check a local folder for attaching; returns its repository's top level."""
-        return str((await inspect_repository(self.git, path)).path)
 
     # ================= callbacks =================
     def _update_settled(self) -> None:

@@ -142,15 +142,3 @@ def app_icon() -> QIcon:
         if path.is_file():
             result.addFile(str(path), QSize(size_px, size_px))
     return result
-
-
-def app_icon_svg_path() -> Path:
-    """The scalable app icon (the source of the PNG sizes)."""
-    return APP_ICON_DIR / "workstation.svg"
-
-
-def clear_cache() -> None:
-    """Forget every cached icon (tests; a changed icon set on disk)."""
-    _icons.clear()
-    _svg_text.cache_clear()
-    app_icon.cache_clear()

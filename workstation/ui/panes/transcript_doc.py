@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from enum import Enum
 
 FENCE = "```"
@@ -188,15 +188,6 @@ class TranscriptDoc:
         self._changed(lines)
         return lines
 
-    def add_diff(self, diff_text: str) -> list[Line]:
-        """Append a unified diff, each line styled by its sign."""
-        self.end_stream()
-        lines = [Line(part.replace("\t", TAB), diff_style(part)) for part in diff_text.split("\n") if part]
-        for line in lines:
-            self._append(line)
-        self._changed(lines)
-        return lines
-
     def toggle(self, line: Line) -> None:
         """Expand or collapse a tool line's details."""
         if line.expandable:
@@ -318,7 +309,3 @@ def diff_counts(diff_text: str) -> tuple[int, int]:
         elif line.startswith("-") and not line.startswith("---"):
             removed += 1
     return added, removed
-
-
-def join_lines(lines: Iterable[Line]) -> str:
-    return "\n".join(line.text for line in lines)

@@ -129,10 +129,6 @@ class RecordingOptions:
     def container(self) -> Container:
         return _CONTAINERS[self.path.suffix.lower()]
 
-    @property
-    def frame_interval_s(self) -> float:
-        return 1.0 / self.fps
-
     def container_options(self) -> dict[str, str]:
         """Muxer options: packets reach the file as they come, MP4 in fragments."""
         options = {"flush_packets": "1"}
