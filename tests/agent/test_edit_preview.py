@@ -8,10 +8,16 @@ from pathlib import Path
 from tests.agent.test_loop import DIFF, call
 from tests.helpers.prerequisites import needs_bwrap
 from tests.helpers.scripted_server import ScriptedServer
-from workstation.agent.edit_preview import edit_preview
+from workstation.agent.tool_specs import SPECS_BY_NAME
 from workstation.agent.jail import PathJail
 from workstation.core import agent_events as ev
 from workstation.core.approvals import ApprovalDecision, ApprovalPolicy
+
+
+def edit_preview(jail: PathJail, tool: str, arguments: dict) -> str:  # type: ignore[type-arg]
+    """What the approval shows for a call of ``tool``: its spec's preview, "" for a tool with none."""
+    preview = SPECS_BY_NAME[tool].preview
+    return preview(jail, arguments) if preview is not None else ""
 
 
 def test_write_to_file_over_an_existing_file_and_a_new_one(git_repo: Path) -> None:
@@ -37,6 +43,7 @@ def test_replace_in_file_applied_and_blocks_that_do_not_apply(git_repo: Path) ->
 
 def test_other_tools_and_paths_outside_have_no_preview(git_repo: Path) -> None:
     jail = PathJail(str(git_repo))
+    assert [name for name, spec in SPECS_BY_NAME.items() if spec.preview] == ["write_to_file", "replace_in_file"]
     assert edit_preview(jail, "execute_command", {"command": "ls"}) == ""
     assert edit_preview(jail, "write_to_file", {"path": "../outside.txt", "content": "x"}) == ""
 

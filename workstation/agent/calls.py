@@ -22,14 +22,13 @@ from workstation.agent import prompts
 from workstation.agent.approvals import request_approval
 from workstation.agent.checkpoints import CheckpointError, CheckpointStore
 from workstation.agent.config import AgentConfig
-from workstation.agent.edit_preview import EDIT_TOOLS, edit_preview
 from workstation.agent.history import Message, valid_text
 from workstation.agent.protocols import tool_result_message
 from workstation.agent.sandbox_notices import notices, unattended_message
 from workstation.agent.sandbox_status import Confinement, sandbox_status
 from workstation.agent.tool_set import BUILTIN, ToolSet
 from workstation.agent.tool_specs import (
-    COMPLETION_TOOL, QUESTION_TOOL, ToolArgumentError, ToolError, normalize_arguments, summarize_call,
+    COMPLETION_TOOL, QUESTION_TOOL, ToolArgumentError, ToolError, ToolSpec, normalize_arguments, summarize_call,
 )
 from workstation.agent.toolbox import Toolbox
 from workstation.agent.toolcalls import RawCall
@@ -184,7 +183,7 @@ class ToolCallRunner:
                 reason = "; ".join(r for r in (sandbox.approval_reason, reason) if r)
         attended = False
         if reason:
-            preview = await self._preview(name, args) if self._approver is not None else ""
+            preview = await self._preview(spec, args) if self._approver is not None else ""
             decision = await request_approval(
                 self._approver, self._emit, session_id=self.session_id, call_id=call.id, tool=name,
                 category=spec.category, arguments=args, summary=summary, reason=reason, preview=preview,
@@ -228,14 +227,14 @@ class ToolCallRunner:
             await self.checkpoint(summary)
         return CallOutcome("ok", progress=True)
 
-    async def _preview(self, name: str, args: dict[str, Any]) -> str:
+    async def _preview(self, spec: ToolSpec, args: dict[str, Any]) -> str:
         """The change an edit would make, for the person who approves it (never fatal)."""
-        if name not in EDIT_TOOLS:
+        if spec.preview is None:
             return ""
         try:
-            return await self.toolbox.in_thread(edit_preview, self.toolbox.jail, name, args)
+            return await self.toolbox.in_thread(spec.preview, self.toolbox.jail, args)
         except (OSError, ValueError) as exc:  # the file changed under it, an odd encoding…
-            log.warning("edit preview of %s failed: %s", name, exc)
+            log.warning("edit preview of %s failed: %s", spec.name, exc)
             return ""
 
     async def checkpoint(self, label: str) -> None:

@@ -19,39 +19,48 @@ from workstation.agent.jail import JailError, PathJail
 
 PREVIEW_MAX_LINES = 400
 PREVIEW_MAX_FILE_BYTES = 2_000_000
-EDIT_TOOLS = frozenset({"write_to_file", "replace_in_file"})
 
 
-def edit_preview(jail: PathJail, tool: str, arguments: dict[str, Any]) -> str:
-    """The unified diff the call would make; empty for other tools or where nothing can be
-    said (a path outside the jail: the tool will refuse it itself)."""
-    if tool not in EDIT_TOOLS:
-        return ""
+def write_preview(jail: PathJail, arguments: dict[str, Any]) -> str:
+    """``write_to_file``'s change (the tool's spec carries it): the file against the content."""
+    content = arguments.get("content")
+    target = _target(jail, arguments) if isinstance(content, str) else None
+    if target is None or isinstance(target, str):
+        return target or ""
+    shown, old, exists = target
+    new, _ = strip_code_fence(str(arguments["path"]), str(content))
+    return _unified(shown, old, new, exists)
+
+
+def replace_preview(jail: PathJail, arguments: dict[str, Any]) -> str:
+    """``replace_in_file``'s change: the file against the file with the blocks applied."""
+    diff = arguments.get("diff")
+    target = _target(jail, arguments) if isinstance(diff, str) else None
+    if target is None or isinstance(target, str):
+        return target or ""
+    shown, old, exists = target
+    try:
+        new = apply_blocks(old, parse_blocks(str(diff)), path=shown)
+    except DiffError as exc:
+        return _blocks_as_diff(shown, str(diff), str(exc))
+    return _unified(shown, old, new, exists)
+
+
+def _target(jail: PathJail, arguments: dict[str, Any]) -> tuple[str, str, bool] | str | None:
+    """(shown path, current text, exists); a note for a file that cannot be shown as text;
+    None where nothing can be said (no path, or one outside the jail: the tool refuses it)."""
     path = arguments.get("path")
     if not isinstance(path, str) or not path.strip():
-        return ""
+        return None
     try:
         real = jail.resolve(path, for_write=True)
         shown = jail.relative(real)
         old, exists = _current_text(real)
     except (JailError, OSError):
-        return ""
+        return None
     if old is None:
         return f"# {shown} is a binary or very large file; the change cannot be shown as text\n"
-    if tool == "write_to_file":
-        content = arguments.get("content")
-        if not isinstance(content, str):
-            return ""
-        new, _ = strip_code_fence(path, content)
-        return _unified(shown, old, new, exists)
-    diff = arguments.get("diff")
-    if not isinstance(diff, str):
-        return ""
-    try:
-        new = apply_blocks(old, parse_blocks(diff), path=shown)
-    except DiffError as exc:
-        return _blocks_as_diff(shown, diff, str(exc))
-    return _unified(shown, old, new, exists)
+    return shown, old, exists
 
 
 def _current_text(real: Any) -> tuple[str | None, bool]:

@@ -22,6 +22,8 @@ import orjson
 
 from workstation.agent import tool_runners as runners
 from workstation.agent.diff_blocks import count_changed_lines
+from workstation.agent.edit_preview import replace_preview, write_preview
+from workstation.agent.jail import PathJail
 from workstation.agent.tool_api import ToolArgumentError, ToolError, ToolRun, ToolRunner
 from workstation.core.approvals import ToolCategory
 
@@ -70,6 +72,9 @@ class ToolSpec:
     """The mark before the call's line in a pane's transcript."""
     line_counts: Callable[[dict[str, Any]], tuple[int, int]] | None = None
     """An edit: the (added, removed) lines its arguments propose."""
+    preview: Callable[[PathJail, dict[str, Any]], str] | None = None
+    """An edit: the unified diff it would make, shown with its approval (``edit_preview.py``;
+    blocking file reads)."""
     input_schema: dict[str, Any] | None = None
     """A tool that brings its own JSON schema (an MCP server's): offered as is (not strict) and
     its arguments passed through, checked only for being an object with the required keys."""
@@ -140,7 +145,8 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
     ToolSpec("write_to_file", E, "Create or overwrite a file with the complete new content.", (
         Param("path", "string", PATH, example="src/hello.py"),
         Param("content", "string", "The complete file content", example="print('hello')\n"),
-    ), False, run=runners.write_to_file, logs="changed", mark="✎", line_counts=_content_lines),
+    ), False, run=runners.write_to_file, logs="changed", mark="✎", line_counts=_content_lines,
+        preview=write_preview),
     ToolSpec("replace_in_file", E,
              "Edit a file with SEARCH/REPLACE blocks. Each block:\n------- SEARCH\n<exact lines "
              "from the file>\n=======\n<new lines>\n+++++++ REPLACE", (
@@ -148,7 +154,7 @@ TOOL_SPECS: tuple[ToolSpec, ...] = (
         Param("diff", "string", "One or more SEARCH/REPLACE blocks",
               example="------- SEARCH\nold line\n=======\nnew line\n+++++++ REPLACE"),
     ), False, run=runners.replace_in_file, logs="changed", mark="✎",
-        line_counts=lambda a: count_changed_lines(str(a.get("diff", "")))),
+        line_counts=lambda a: count_changed_lines(str(a.get("diff", ""))), preview=replace_preview),
     ToolSpec("search_files", R, "Search files under a directory for a regular expression.", (
         Param("path", "string", "Directory to search, relative to the project root", example="."),
         Param("regex", "string", "Regular expression (Python syntax)", example="def main"),
