@@ -160,3 +160,23 @@ async def test_a_repeated_call_switches_a_free_session_to_guided(make_agent, bug
     assert rec.of(ev.MistakeCounted) == []  # a recovery step, not a mistake
     assert srv.requests[2]["messages"][0]["content"] == SYSTEM_PROMPT_GUIDED
     assert outcome.ok and suite_passes(bug_repo)
+
+
+async def test_a_guided_turn_that_fails_still_counts_its_finished_requests(make_agent, bug_repo: Path) -> None:
+    """The greedy draft finished (its tokens are spent) when the sampled drafts' request
+    failed: the failed turn reports the greedy draft's usage, and the run counts it."""
+    from tests.helpers.scripted_server import Fault
+
+    def respond(body: dict[str, Any], n: int) -> Reply | Fault:
+        if body.get("temperature"):
+            return Fault.http(400, "scripted refusal")
+        return Reply(text=GOOD, prompt_tokens=111, completion_tokens=22, delay_s=0.01)
+
+    async with ScriptedServer(responder=respond) as srv:
+        agent, rec = make_agent(srv, root=bug_repo, task=EXPLICIT, model_parameters=SMOLLM2_PARAMETERS,
+                                user_present=False)
+        outcome = await agent.run()
+    assert outcome.status is RunStatus.FAILED and "scripted refusal" in outcome.message
+    assert len(srv.requests) == 2  # the greedy draft and the sampled ones, at once
+    assert [(u.prompt_tokens, u.completion_tokens) for u in rec.of(ev.UsageReported)] == [(111, 22)]
+    assert (outcome.prompt_tokens, outcome.completion_tokens) == (111, 22)

@@ -421,3 +421,23 @@ async def test_pause_all_leaves_the_sessions_that_wait_for_a_person(tmp_path: Pa
     assert fleet.summary(a.session_id).state is S.PAUSED
     assert fleet.summary(b.session_id).state is S.AWAITING_APPROVAL and fleet.pending_approvals()
     await fleet.aclose()
+
+
+async def test_a_turns_usage_is_out_before_the_session_ends(tmp_path: Path, git_repo: Path,
+                                                            mock_http: httpx.AsyncClient) -> None:
+    """A run whose only model turn is its last: the pane's token count comes with the turn's
+    usage, not at the next stats tick, which a finished session may never see."""
+    from workstation.core.fleet_events import SessionStatsChanged
+
+    script = Script(steps=0, tokens_per_turn=7)
+    fleet = make_fleet(tmp_path / "data", mock_http, script)
+    seen: list[object] = []
+    fleet.changed.connect(lambda e: seen.append(e) if isinstance(e, (SessionStatsChanged, SessionStateChanged))
+                          else None)
+    await fleet.start()
+    (s,) = await fleet.create_sessions(SessionSpec(task="t", repo=str(git_repo), headless=True), 1, start=True)
+    await asyncio.wait_for(fleet.wait_settled(), 30)
+    done = next(i for i, e in enumerate(seen) if isinstance(e, SessionStateChanged) and e.new is S.DONE)
+    stats = [e for e in seen[:done] if isinstance(e, SessionStatsChanged) and e.session_id == s.session_id]
+    assert stats and (stats[-1].prompt_tokens, stats[-1].completion_tokens) == (100, 7)
+    await fleet.aclose()

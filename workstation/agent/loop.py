@@ -19,9 +19,9 @@ from workstation.agent.checkpoints import Checkpoint, CheckpointError, Checkpoin
 from workstation.agent.config import AgentConfig
 from workstation.agent.context import facts_summary
 from workstation.agent.guided.drafts import GuidedMemory
-from workstation.agent.guided.turn import guided_turn
+from workstation.agent.guided.turn import GuidedTurn
 from workstation.agent.history import (
-    AgentSnapshot, Message, estimate_tokens, message_json, messages_json, repair_history,
+    AgentSnapshot, Message, message_json, messages_json, repair_history,
     valid_message,
 )
 from workstation.agent.images import MAX_IMAGES, ImageAttachment, user_content
@@ -35,6 +35,7 @@ from workstation.agent.protocols import (
 )
 from workstation.agent.tool_set import BUILTIN, ToolSet
 from workstation.agent.tool_specs import QUESTION_TOOL
+from workstation.agent.token_account import TokenAccount
 from workstation.agent.toolbox import Toolbox
 from workstation.agent.toolcalls import RawCall
 from workstation.agent.turn import condense, stream_turn
@@ -42,7 +43,7 @@ from workstation.core import agent_events as ev
 from workstation.core.agent_events import AgentMode, AgentState, RunStatus, ToolProtocol
 from workstation.core.approvals import ApprovalDecision, ApprovalRequest
 from workstation.core.errors import UserError
-from workstation.engine.chat_client import ChatClient, EngineHTTPError, EngineUnreachable
+from workstation.engine.chat_client import ChatClient, EngineHTTPError, EngineUnreachable, Usage
 
 log = logging.getLogger(__name__)
 
@@ -106,8 +107,7 @@ class Agent:
         self._completed = False
         self._needs_input = False
         self._last_result = ""
-        self._context_tokens = 0
-        self._usage_len = 0
+        self._tokens = TokenAccount()
         self._inbox: list[str | list[dict[str, Any]]] = []
         self._pause_requested = False
         self._resumed = asyncio.Event()
@@ -120,7 +120,7 @@ class Agent:
         if self.task_images:
             self._check_images(self.task_images)
         self._last_finish = ""
-        self._run_prompt = self._run_completion = self._run_turns = 0
+        self._run_turns = 0
         self._needs_repair = False
         if snapshot is not None:
             self._load(snapshot)
@@ -163,7 +163,8 @@ class Agent:
         self._run_task = task
         self._idle.clear()
         self._stop_requested = False
-        self._run_prompt = self._run_completion = self._run_turns = 0
+        self._run_turns = 0
+        self._tokens.new_run()
         hub: McpHub | None = None
         try:
             try:
@@ -336,13 +337,12 @@ class Agent:
 
     def _replace_history(self, messages: list[Message]) -> None:
         self._messages = list(messages)
-        self._context_tokens = 0
-        self._usage_len = 0
+        self._tokens.forget_context()
         self._emit(ev.HistoryReplaced(self.session_id, messages_json(self._messages)))
 
     def _outcome(self, status: RunStatus, message: str, **kw: Any) -> AgentOutcome:
-        return AgentOutcome(status, message, turns=self._run_turns, prompt_tokens=self._run_prompt,
-                            completion_tokens=self._run_completion, **kw)
+        return AgentOutcome(status, message, turns=self._run_turns, prompt_tokens=self._tokens.run_prompt,
+                            completion_tokens=self._tokens.run_completion, **kw)
 
     def _load(self, snap: AgentSnapshot) -> None:
         self._mode = snap.mode
@@ -376,10 +376,8 @@ class Agent:
             self._pending_question = repaired.pending_question_call
 
     def _estimate_context(self) -> int:
-        if self._usage_len == 0:
-            tools = self._calls.tools.definition_tokens if self._protocol not in (ToolProtocol.TEXT, ToolProtocol.GUIDED) else 0
-            return estimate_tokens(self._messages) + tools
-        return self._context_tokens + estimate_tokens(self._messages[self._usage_len:])
+        tools = self._calls.tools.definition_tokens if self._protocol not in (ToolProtocol.TEXT, ToolProtocol.GUIDED) else 0
+        return self._tokens.estimate_context(self._messages, tools)
 
     async def _between_steps(self) -> None:
         """Honour pause (and a stop that came while paused) at a step boundary."""
@@ -418,7 +416,7 @@ class Agent:
             self._inbox.clear()
             if self._run_turns >= cfg.max_turns:
                 return self._outcome(RunStatus.BUDGET_EXHAUSTED, f"reached the limit of {cfg.max_turns} model turns")
-            if cfg.max_total_tokens is not None and self._run_prompt + self._run_completion >= cfg.max_total_tokens:
+            if cfg.max_total_tokens is not None and self._tokens.run_total >= cfg.max_total_tokens:
                 return self._outcome(RunStatus.BUDGET_EXHAUSTED, f"reached the token budget of {cfg.max_total_tokens:,}")
             if self._protocol is not ToolProtocol.GUIDED and \
                     self._estimate_context() > cfg.condense_at_fraction * cfg.context_window_tokens:
@@ -494,9 +492,15 @@ class Agent:
         turn = self._turns + 1
         sid = self.session_id
         if self._protocol is ToolProtocol.GUIDED:
-            result = await guided_turn(self.client, self._messages, root=self.root, task=self.task,
-                                       config=self.config, session_id=sid, turn=turn,
-                                       max_tokens=self._max_tokens(), emit=self._emit, memory=self._guided)
+            guided = GuidedTurn(self.client, self._messages, root=self.root, task=self.task, config=self.config,
+                                session_id=sid, turn=turn, max_tokens=self._max_tokens(), emit=self._emit,
+                                memory=self._guided)
+            try:
+                result = await guided.run()
+            except BaseException:
+                # its finished requests (a choice, drafts) cost tokens though the turn failed
+                self._count_usage(turn, guided.spent.usage(), replied=False)
+                raise
         else:
             result = await stream_turn(self.client, self._messages, self._protocol, session_id=sid, turn=turn,
                                        max_tokens=self._max_tokens(), temperature=self.config.temperature,
@@ -504,19 +508,21 @@ class Agent:
         self._turns = turn
         self._run_turns += 1
         self._append(result.reply.message)
-        usage = result.usage
-        if usage is not None:
-            self._context_tokens = usage.prompt_tokens + usage.completion_tokens
-            self._usage_len = len(self._messages)
-            self._run_prompt += usage.prompt_tokens
-            self._run_completion += usage.completion_tokens
-            self._emit(ev.UsageReported(sid, turn, usage.prompt_tokens, usage.completion_tokens,
-                                        usage.cached_tokens, self._context_tokens,
-                                        self.config.context_window_tokens, self.client.model_name))
+        self._count_usage(turn, result.usage, replied=True)
         self._emit(ev.TurnFinished(sid, turn, result.finish_reason or "stop", result.content,
                                    len(result.reply.calls)))
         self._last_finish = result.finish_reason
         return result.reply
+
+    def _count_usage(self, turn: int, usage: Usage | None, *, replied: bool) -> None:
+        """A turn's tokens into the run's totals and out as ``UsageReported``; ``replied``: its
+        reply was appended, so the usage also measures the context (a failed turn's does not)."""
+        if usage is None:
+            return
+        self._tokens.count(usage, history_len=len(self._messages) if replied else None)
+        self._emit(ev.UsageReported(self.session_id, turn, usage.prompt_tokens, usage.completion_tokens,
+                                    usage.cached_tokens, self._tokens.context_tokens,
+                                    self.config.context_window_tokens, self.client.model_name))
 
     # ------------------------------------------------------------------ internals: a reply
     def _count_mistake(self, message: str) -> None:

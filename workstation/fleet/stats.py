@@ -3,9 +3,11 @@
 The counting is :class:`~workstation.telemetry.streams.StreamCounters` (one per fleet,
 ``Fleet.streams``): streamed pieces for the live tok/s, ``usage`` for the true counts. The
 meters read the same counters, so the pane headers, the status bar, the meter strip and
-the recording's caption agree. Published here as ``SessionStatsChanged`` at most every
-``interval_s`` per session, and quiet when idle (a session that stopped streaming is
-reported once at 0 tok/s, then not again)."""
+the recording's caption agree. Published here as ``SessionStatsChanged``: the streamed rate
+at most every ``interval_s`` per session, and quiet when idle (a session that stopped
+streaming is reported once at 0 tok/s, then not again); a turn's usage at once, so a
+session's totals are out before whatever its run does next (a run that ends right after
+its only model turn showed 0 tokens until the next tick)."""
 
 from __future__ import annotations
 
@@ -37,9 +39,11 @@ class SessionStats:
         self._dirty.add(session_id)
 
     def usage(self, session_id: str, usage: UsageLike) -> None:
-        """A model turn ended with ``usage`` (its totals publish at the next tick)."""
+        """A model turn ended with ``usage``: the session's totals publish now (once a turn,
+        not the per-token path)."""
         self.streams.on_usage(session_id, usage)
-        self._dirty.add(session_id)
+        self._dirty.discard(session_id)
+        self._publish(session_id)
 
     # ----- reading -----
     def tokens_per_s(self, session_id: str) -> float:
@@ -82,3 +86,9 @@ class SessionStats:
                 self._dirty.discard(sid)
                 self._emit(SessionStatsChanged(sid, rec.prompt_tokens, rec.completion_tokens,
                                                rec.cached_tokens, tps))
+
+    def _publish(self, session_id: str) -> None:
+        rec = self._book.get(session_id)
+        if rec is not None:
+            self._emit(SessionStatsChanged(session_id, rec.prompt_tokens, rec.completion_tokens,
+                                           rec.cached_tokens, self.streams.rate(session_id)))

@@ -309,8 +309,11 @@ class GuidedTurn:
                                  n=many)]
             if first and not again:
                 asks.insert(0, self._stream(request, regex, max_tokens=limit, temperature=0.0, show=True))
-            for texts_drawn in await asyncio.gather(*asks):
-                drafts.extend(make(t) for t in texts_drawn)
+            # every request runs to its end (its tokens count) before one's error is raised
+            for drawn in await asyncio.gather(*asks, return_exceptions=True):
+                if isinstance(drawn, BaseException):
+                    raise drawn
+                drafts.extend(make(t) for t in drawn)
         return drafts
 
     @staticmethod
@@ -324,13 +327,4 @@ class GuidedTurn:
         return replace_symbol(original, sym_then, code)
 
 
-async def guided_turn(client: ChatClient, messages: list[Message], *, root: Path, task: str,
-                      config: AgentConfig, session_id: str, turn: int, max_tokens: int,
-                      emit: Callable[[ev.AgentEvent], None], memory: GuidedMemory | None = None) -> TurnResult:
-    """One guided turn (see the module docstring); ``memory``: the session's first reads and
-    untried drafts."""
-    return await GuidedTurn(client, messages, root=root, task=task, config=config, session_id=session_id,
-                            turn=turn, max_tokens=max_tokens, emit=emit, memory=memory).run()
-
-
-__all__ = ["GuidedTurn", "guided_turn"]
+__all__ = ["GuidedTurn"]
