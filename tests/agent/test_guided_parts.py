@@ -293,3 +293,10 @@ def test_the_memory_keeps_untried_drafts_of_one_function() -> None:
     memory.keep(("a.py", "g", ""), "x", ["y"])  # another function: the old drafts are gone
     assert memory.take(key) is None and memory.take(("a.py", "g", "")) == "y"
     assert same_code("a = 1  \n\n\n", "a = 1\n") and not same_code("a = 1\n", "a = 2\n")
+
+
+def test_drafts_get_hotter_as_drafts_fail() -> None:
+    from workstation.agent.guided.turn import MAX_DRAFT_TEMPERATURE, draft_temperature
+
+    assert draft_temperature(0.5, 0) == 0.5 and draft_temperature(0.5, 4) == 0.7
+    assert draft_temperature(0.5, 100) == MAX_DRAFT_TEMPERATURE

@@ -93,3 +93,32 @@ async def test_text_protocol_against_the_engine(smollm2_engine: Endpoint, http, 
     first = orjson.loads(next(e for e in events if isinstance(e, ev.MessageAppended) and e.index == 0).message_json)
     assert "<read_file>" in first["content"]
     assert any(isinstance(e, (ev.ToolCallFinished, ev.MistakeCounted)) for e in events)
+
+
+async def test_guided_protocol_works_a_demo_bug_against_the_engine(smollm2_engine: Endpoint, http,
+                                                                  tmp_path: Path) -> None:
+    """The embedded model on a real demo task: every call valid by construction (no mistake),
+    read before edit, the tests after each edit, and the run ends by itself."""
+    from workstation.agent.model_info import fetch_model_parameters
+    from workstation.fleet.demo_manifest import load_manifest
+    from workstation.fleet.sample_repos import create_sample_repository
+
+    task = next(t for t in load_manifest().tasks if t.name == "fix-leap-year")
+    repo = create_sample_repository("datekit", tmp_path / "datekit")
+    git(repo, "checkout", "-q", task.base_branch)
+    size = await fetch_model_parameters(http, smollm2_engine)
+    assert size is not None and size < 200_000_000  # read from the served model's config
+    events: list = []
+    agent = _agent(http, smollm2_engine, repo, task.prompt, events, model_parameters=size, max_turns=8,
+                   max_tokens_per_turn=1024, temperature=None)
+    outcome = await agent.run()
+    assert [e.protocol for e in events if isinstance(e, ev.ProtocolSelected)] == [ToolProtocol.GUIDED]
+    assert not [e for e in events if isinstance(e, ev.MistakeCounted)]
+    tools = [e.tool for e in events if isinstance(e, ev.ToolCallStarted)]
+    assert tools[:3] == ["read_file", "replace_in_file", "execute_command"], tools
+    for i, tool in enumerate(tools):
+        if tool == "replace_in_file" and i + 1 < len(tools):
+            assert tools[i + 1] in ("execute_command", "replace_in_file"), tools
+    assert outcome.status in (RunStatus.COMPLETED, RunStatus.BUDGET_EXHAUSTED), outcome
+    if outcome.status is RunStatus.COMPLETED:
+        assert tools[-2] == "execute_command" and "passes" in outcome.result

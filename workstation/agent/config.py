@@ -40,7 +40,7 @@ class AgentConfig:
     guided_retry_temperature: float = 0.5
     """Guided protocol: sampling temperature of a function's second and later drafts (the
     first draft is greedy)."""
-    guided_drafts: int = 4
+    guided_drafts: int = 6
     """Guided protocol: drafts drawn at once (one request, ``n``) once a function's first
     draft failed; the kept one parses, changes something and uses the task's code most."""
     escalate_after_text_turns: int = 2

@@ -112,6 +112,16 @@ def with_named_in_files(ws: Workspace, texts_now: dict[str, str], root: Path) ->
     return replace(ws, new_paths=tuple(dict.fromkeys((*ws.new_paths, *extra)))[:20])
 
 
+MAX_DRAFT_TEMPERATURE = 1.2
+
+
+def draft_temperature(base: float, failed: int) -> float:
+    """Sampling temperature of new drafts after ``failed`` drafts of the function did not do:
+    from ``base`` up by 0.05 a draft, to at most :data:`MAX_DRAFT_TEMPERATURE` (a small model's
+    drafts at one temperature soon repeat each other)."""
+    return round(min(MAX_DRAFT_TEMPERATURE, max(base, base + 0.05 * failed)), 2)
+
+
 def _forced(choice: Choice) -> tuple[str, dict[str, str]] | None:
     """The call itself when the choice leaves exactly one."""
     if len(choice.options) != 1:
@@ -253,6 +263,8 @@ class GuidedTurn:
             new_text = self._apply(current, original, sym_now, sym_then, extract_code(text), new_file)
             problem = "changes nothing" if same_code(new_text, current) else (
                 parses(new_text) if path.endswith(".py") else None)
+            if before and same_code(extract_code(text), before):
+                problem = problem or "the code as read"  # what the task says is wrong
             if not text.rstrip().endswith("```") or text.count("\n") < 2:
                 problem = "cut off"  # the token limit ended it before its closing fence
             if self.memory is not None and text in self.memory.tried and self.memory.key == key:
@@ -269,8 +281,9 @@ class GuidedTurn:
                 break
         rest: list[Draft] = []
         if chosen is None:
+            failed = len(self.memory.tried) if self.memory is not None and self.memory.key == key else 0
             drafts = await self._draw(request, regex, before, original, first=state.attempts(path, target) == 0,
-                                      make=draft)
+                                      failed=failed, make=draft)
             ranked = rank(drafts, before, self.task)
             chosen = ranked[0] if ranked else drafts[0]
             rest = ranked[1:]
@@ -292,21 +305,21 @@ class GuidedTurn:
         return _Edit("write_to_file", fields, text)
 
     async def _draw(self, request: list[Message], regex: str, before: str, original: str, *, first: bool,
-                    make: Callable[[str], Draft]) -> list[Draft]:
+                    failed: int, make: Callable[[str], Draft]) -> list[Draft]:
         """New drafts: a function's first edit draws a greedy draft (shown as it comes) and, at
-        the same time, sampled ones; later edits draw sampled ones. Drawn again once when
-        none is usable."""
+        the same time, sampled ones; later edits draw sampled ones, hotter the more drafts of it
+        ``failed``. Drawn again, hotter still, while none is usable (twice at most)."""
         limit = max_draft_tokens(before or original, min(CODE_MAX_TOKENS, self.max_tokens))
         many = max(1, self.config.guided_drafts)
-        retry = self.config.guided_retry_temperature
         drafts: list[Draft] = []
-        for again in (False, True):
+        for again in range(3):
             if again and any(d.problem is None for d in drafts):
                 break
+            temperature = draft_temperature(self.config.guided_retry_temperature, failed + again * many)
             if again:
                 self.emit(ev.TextStreamed(self.session_id, self.turn, "\n"))
-            asks = [self._stream(request, regex, max_tokens=limit, temperature=retry, show=not (first and not again),
-                                 n=many)]
+            asks = [self._stream(request, regex, max_tokens=limit, temperature=temperature,
+                                 show=not (first and not again), n=many)]
             if first and not again:
                 asks.insert(0, self._stream(request, regex, max_tokens=limit, temperature=0.0, show=True))
             # every request runs to its end (its tokens count) before one's error is raised
