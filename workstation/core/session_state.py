@@ -51,6 +51,12 @@ class SessionState(str, Enum):
         return self in _ACTIVE
 
     @property
+    def is_working(self) -> bool:
+        """Generating, about to, or about to again on its own (its engine is back): its files
+        may change any moment. A session waiting for a person is not working."""
+        return self in (SessionState.QUEUED, SessionState.RUNNING, SessionState.ENGINE_WAIT)
+
+    @property
     def is_finished(self) -> bool:
         """A run ended here (done, failed, stopped); the session can be started again."""
         return self in _FINISHED

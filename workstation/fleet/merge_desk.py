@@ -18,6 +18,7 @@ from typing import Any
 from workstation.core import agent_events as ev
 from workstation.core.errors import UserError
 from workstation.core.fleet_events import SessionIntegrated, SessionReadyChanged
+from workstation.core.session_state import SessionState as S
 from workstation.fleet.book import SessionBook
 from workstation.fleet.gitproc import GitRunner
 from workstation.fleet.merge_queue import (
@@ -32,6 +33,10 @@ from workstation.fleet.merge_queue import (
 from workstation.fleet.store import Store
 
 GATE_TOOL = "merge_gate"
+
+
+def _doing(state: S) -> str:
+    return "waiting for its engine" if state is S.ENGINE_WAIT else "still working"
 
 
 class MergeDesk:
@@ -56,8 +61,8 @@ class MergeDesk:
         rec = self._book.rec(session_id)
         commit = None
         if ready:
-            if rec.state.is_active or self._busy(session_id):
-                raise UserError(f"{rec.name} is still working; pause or stop it before marking it ready")
+            if rec.state.is_working or self._busy(session_id):
+                raise UserError(f"{rec.name} is {_doing(rec.state)}; pause or stop it before marking it ready")
             if not Path(rec.worktree_path).is_dir():
                 raise UserError(f"the worktree of {rec.name} is gone ({rec.worktree_path})")
             commit = await commit_for_ready(self._git, rec, message)
@@ -78,7 +83,7 @@ class MergeDesk:
         self._emit(SessionReadyChanged(session_id, bool(ready_at), message))
 
     async def merge_ready(self, *, into: str, gate: str, rebase: bool = False, names: Sequence[str] = (),
-                          gate_timeout_s: float = DEFAULT_GATE_TIMEOUT_S) -> MergeReport:
+                          gate_timeout_s: float = DEFAULT_GATE_TIMEOUT_S, require_gate: bool = True) -> MergeReport:
         """Run the queue over the ready sessions (or ``names``, in order); a person asked for
         it, so the gate runs attended. Merged sessions lose their ready mark."""
         if self.running:
@@ -101,7 +106,7 @@ class MergeDesk:
             report = await run_queue(
                 self._git, [item_of(r) for r in chosen], into=into, gate=gate, data_dir=self._data_dir,
                 sandbox=self._sandbox, rebase=rebase, attended=True, gate_timeout_s=gate_timeout_s,
-                on_event=lambda e: self._on_queue_event(e, by_name, calls))
+                on_event=lambda e: self._on_queue_event(e, by_name, calls), require_gate=require_gate)
         finally:
             self.running = False
         for name in report.merged:

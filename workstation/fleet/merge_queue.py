@@ -117,7 +117,7 @@ def pick_ready(records: Sequence[SessionRecord], names: Sequence[str] = ()) -> l
         chosen = sorted((r for r in records if r.ready_at), key=lambda r: r.ready_at)
         if not chosen:
             raise UserError("no session is marked ready", hint="workstation ready NAME … (or the pane's menu)")
-    busy = [r.name for r in chosen if r.state.is_active]
+    busy = [r.name for r in chosen if r.state.is_working]
     if busy:
         raise UserError(f"still working: {', '.join(busy)}", hint="pause or stop them before merging")
     return chosen
@@ -157,18 +157,21 @@ async def run_queue(
     attended: bool = True,
     gate_timeout_s: float = DEFAULT_GATE_TIMEOUT_S,
     on_event: Callable[[QueueEvent], None] | None = None,
+    require_gate: bool = True,
 ) -> MergeReport:
     """Merge ``items`` in order onto ``into``, gate each, and move ``into`` only if all passed.
 
     ``gate`` runs in the trial worktree under ``sandbox`` (a ``SandboxPolicy``; None refuses
     to run it); ``attended``: a person asked for this gate just now (the CLI, the window).
     Mistakes in the request (no items, several repositories, unknown target, empty gate)
-    raise ``UserError`` before anything happens; everything after ends in the report.
+    raise ``UserError`` before anything happens; everything after ends in the report. With
+    ``require_gate=False`` an empty gate merges without one (a person chose that, for one
+    session, in the window's merge dialog).
     """
     say = on_event or (lambda _e: None)
     if not items:
         raise UserError("no sessions to merge", hint="mark sessions ready first: workstation ready NAME …")
-    if not gate.strip():
+    if not gate.strip() and require_gate:
         raise UserError("the merge queue needs a gate: the repository's test command (--gate \"CMD\")")
     repo_path = items[0].workspace.repo_path
     common = await _common_dir(git, repo_path)
@@ -241,7 +244,8 @@ async def _trial(git: GitRunner, items: Sequence[QueueItem], trial: Path, report
         say(QueueEvent("merging", item.name, f"{'rebasing' if rebase else 'merging'} {ws.branch}"))
         head = await _apply(git, ident, trial, head, tip, item, into=report.into, rebase=rebase)
         say(QueueEvent("merged", item.name, head))
-        await _gate(item, trial, gate, sandbox=sandbox, attended=attended, timeout_s=gate_timeout_s, say=say)
+        if gate.strip():
+            await _gate(item, trial, gate, sandbox=sandbox, attended=attended, timeout_s=gate_timeout_s, say=say)
         report.passed.append(item.name)
     return head
 

@@ -326,3 +326,48 @@ async def _retry_lock(git: GitRunner, args: list[str], cwd: Path) -> None:
                                 f"{cwd}: {exc.stderr.strip() or exc}") from exc
             await asyncio.sleep(0.1 * 2**attempt)
 
+
+
+def suggested_message(name: str, task: str, diff: SessionDiff, result: str = "", *, files_shown: int = 12) -> str:
+    """A commit message drawn from what the session actually changed: a subject from its
+    result (else its task), then each file with its line counts; the user edits it."""
+    first = next((ln.strip() for ln in (result or task).splitlines() if ln.strip()), name)
+    subject = first if len(first) <= 72 else first[:71].rstrip() + "…"
+    lines = [subject, ""]
+    verb = {"A": "add", "D": "delete", "T": "change type of"}
+    for f in diff.files[:files_shown]:
+        counts = "binary" if f.added is None else f"+{f.added} −{f.removed}"
+        lines.append(f"- {verb.get(f.status, 'update')} {f.path} ({counts})")
+    if len(diff.files) > files_shown:
+        lines.append(f"- and {len(diff.files) - files_shown} more files")
+    if result and task.strip() and first != task.strip().splitlines()[0].strip():
+        lines += ["", f"Task: {task.strip().splitlines()[0].strip()}"]
+    lines += ["", f"Session: {name}"]
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class MergeFacts:
+    """What merging a session would touch, for the person who confirms it."""
+
+    commits: tuple[str, ...]
+    """``abc1234 subject`` of each commit on the session's branch its base lacks, newest first."""
+    uncommitted: tuple[str, ...]
+    """Files changed and not committed yet (the merge commits them first)."""
+    branches: tuple[str, ...]
+    """The repository's branches a session can merge into (its base first; no ``ws/`` ones)."""
+    checkouts: dict[str, str]
+    """Branch → the folder where it is checked out (its files change when it moves)."""
+
+
+async def merge_facts(git: GitRunner, ws: Workspace, *, max_commits: int = 50) -> MergeFacts:
+    _require_worktree(ws)
+    log = await git.run(["log", f"--max-count={max_commits}", "--format=%h %s",
+                         f"refs/heads/{ws.base_branch}..refs/heads/{ws.branch}"], cwd=ws.repo_path, check=False)
+    heads = await git.run(["for-each-ref", "--format=%(refname:short)", "refs/heads"], cwd=ws.repo_path, check=False)
+    names = [b for b in heads.stdout.split() if b and not b.startswith("ws/")]
+    branches = tuple([ws.base_branch] + [b for b in names if b != ws.base_branch])
+    checkouts = {t.branch: str(t.path) for t in await list_worktrees(git, ws.repo_path)
+                 if t.branch and not t.prunable and not t.branch.startswith("ws/")}
+    return MergeFacts(tuple(log.stdout.splitlines()) if log.ok else (),
+                      tuple(await uncommitted_paths(git, ws)), branches, checkouts)

@@ -514,12 +514,13 @@ class Fleet:
         branch first; returns that commit) or take the mark back."""
         return await self.merges.mark_ready(session_id, ready, message=message)
 
-    async def merge_ready(self, *, into: str, gate: str, rebase: bool = False,
-                          names: Sequence[str] = ()) -> MergeReport:
+    async def merge_ready(self, *, into: str, gate: str, rebase: bool = False, names: Sequence[str] = (),
+                          require_gate: bool = True) -> MergeReport:
         """The merge queue over the ready sessions (``merge_queue.py``): target untouched
-        unless every session merged and passed ``gate``."""
+        unless every session merged and passed ``gate`` (none with ``require_gate=False``)."""
         self._require_open()
-        report = await self.merges.merge_ready(into=into, gate=gate, rebase=rebase, names=names)
+        report = await self.merges.merge_ready(into=into, gate=gate, rebase=rebase, names=names,
+                                               require_gate=require_gate)
         by_name = {r.name: r.session_id for r in self.book.records()}
         for name in report.merged:  # merged sessions leave the grid for the archive
             self.shelf.archive(by_name[name], f"merged into {into} ({(report.commit or '')[:10]})")

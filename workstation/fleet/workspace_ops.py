@@ -65,16 +65,16 @@ class WorkspaceOps:
     async def integrate(self, session_id: str, *, rebase: bool = False, message: str | None = None
                         ) -> review.IntegrateResult:
         rec = self._book.rec(session_id)
-        if rec.state.is_active:
-            raise UserError(f"{rec.name} is still working; pause or stop it before merging")
+        if rec.state.is_working:
+            raise UserError(f"{rec.name} is still working ({rec.state.label}); pause or stop it before merging")
         return await self._integrating(
             session_id, "rebase" if rebase else "merge",
             review.integrate(self._git, self.workspace(session_id), rebase=rebase, message=message))
 
     async def discard(self, session_id: str, *, keep_commits: bool = False) -> review.IntegrateResult:
         rec = self._book.rec(session_id)
-        if rec.state.is_active:
-            raise UserError(f"{rec.name} is still working; pause or stop it before discarding")
+        if rec.state.is_working:
+            raise UserError(f"{rec.name} is still working ({rec.state.label}); pause or stop it before discarding")
         return await self._integrating(
             session_id, "discard",
             review.discard_changes(self._git, self.workspace(session_id), keep_commits=keep_commits))
