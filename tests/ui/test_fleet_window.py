@@ -110,6 +110,9 @@ def test_approve_all_shortcut(qtbot, fleet_ui: FleetUI) -> None:  # type: ignore
         await ui.wait(lambda: all(ui.state(s) is S.AWAITING_APPROVAL for s in sids))
         assert ui.window.approve_all_action.text() == "Approve (3)"
         qtbot.keyClick(ui.window, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier)
+        confirm = ui.window.confirmations.dialog  # it asks first, listing the three
+        assert confirm is not None and len(confirm.items) == 3
+        qtbot.mouseClick(confirm.confirm_button, Qt.MouseButton.LeftButton)
         await ui.wait(lambda: all(ui.state(s) is S.DONE for s in sids))
         assert all(worktree_file(ui, s, "calc.py") == FIXED for s in sids)
 
@@ -124,7 +127,8 @@ def test_keyboard_focus_zoom_follow_up_and_back(qtbot, fleet_ui: FleetUI) -> Non
         await ui.wait(lambda: all(ui.state(s) is S.DONE for s in sids))
         grid = ui.window.grid
         grid.setFocus()
-        assert grid.focused == 0
+        assert grid.focused == 2  # the newest session was brought into view
+        grid.set_focus(0)
         qtbot.keyClick(grid, Qt.Key.Key_Right)
         assert grid.focused == 1 and grid.panes[1].focused and not grid.panes[0].focused
         qtbot.keyClick(grid, Qt.Key.Key_Left)
@@ -214,6 +218,9 @@ def test_pause_all_and_commit_from_diff_tab(qtbot, fleet_ui: FleetUI) -> None:  
         messages: list[str] = []
         ui.bridge.message.connect(messages.append)
         qtbot.mouseClick(diff.commit_button, Qt.MouseButton.LeftButton)
+        await ui.wait(lambda: ui.window.review.dialog is not None)  # the message, drawn from the change
+        assert "calc.py" in ui.window.review.dialog.message.toPlainText()
+        qtbot.mouseClick(ui.window.review.dialog.go_button, Qt.MouseButton.LeftButton)
         await ui.wait(lambda: any(m.startswith("commit of") for m in messages))
         assert "done" in messages[-1]
 

@@ -42,7 +42,7 @@ def test_fleet_session_on_the_real_engine(qtbot, smollm2_engine, qloop, settings
         marks = tuple(TOOL_MARK.values())
         did = [line for line in pane.doc.lines if line.text.startswith(marks) or line.style is LineStyle.TEXT]
         assert did, pane.doc.text()  # tool calls (ok or failed) or text: what the model did
-        assert pane.info.tokens > 0
+        await wait_until(lambda: pane.info.tokens > 0, 10)  # the totals publish at the stats' next tick
 
     try:
         run(qloop, body())

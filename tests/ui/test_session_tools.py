@@ -56,7 +56,8 @@ def test_menu_ready_dev_server_and_merge_queue(qtbot, fleet_ui: FleetUI) -> None
         QApplication.sendEvent(pane, QContextMenuEvent(QContextMenuEvent.Reason.Mouse, where, pane.mapToGlobal(where)))
         menu = ui.window.session_actions.menu
         assert menu is not None and menu.isVisible()
-        assert [a.data() for a in menu.actions() if a.data()] == ["ready", "server-start"]
+        assert [a.data() for a in menu.actions() if a.data()] == [
+            "stop", "restart", "rename", "merge", "ready", "server-start", "archive", "remove"]
         menu.close()
         # the dev server, from the pane's menu
         _menu_action(ui, sid, "server-start").trigger()
@@ -78,8 +79,8 @@ def test_menu_ready_dev_server_and_merge_queue(qtbot, fleet_ui: FleetUI) -> None
                 break
             await asyncio.sleep(0.2)
         assert pages == [FIXED]  # its own worktree, served from inside the sandbox
-        assert [a.data() for a in ui.window.session_actions.open_menu(pane).actions() if a.data()][1:3] == [
-            "open", "server-stop"]
+        whats = [a.data() for a in ui.window.session_actions.open_menu(pane).actions() if a.data()]
+        assert whats[whats.index("ready") + 1:whats.index("ready") + 3] == ["open", "server-stop"]
         _menu_action(ui, sid, "server-stop").trigger()
         await ui.wait(lambda: not pane.info.server_url)
         # ready to merge, from the menu: the work is committed, the header says so

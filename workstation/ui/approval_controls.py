@@ -13,18 +13,21 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 
 from workstation.core.session_state import SessionState
 from workstation.ui.backend import SessionCommands
+from workstation.ui.dialogs.confirm import Confirmations
 from workstation.ui.panes.focus_view import FocusView
 from workstation.ui.panes.session_pane import SessionPane
 
-Command = Callable[[str, Callable[[SessionCommands], Awaitable[None]]], None]
+Command = Callable[[str, Callable[[SessionCommands], Awaitable[object]]], None]
 """The window's way to run a command (``MainWindow._command``): a name and the call."""
 
 
 class ApprovalControls:
-    def __init__(self, panes: Mapping[str, SessionPane], focus: FocusView, command: Command) -> None:
+    def __init__(self, panes: Mapping[str, SessionPane], focus: FocusView, command: Command,
+                 confirmations: Confirmations) -> None:
         self._panes = panes
         self._focus = focus
         self._command = command
+        self._confirmations = confirmations
         focus.approval.approved.connect(lambda: self.approve(focus.pane))
         focus.approval.denied.connect(lambda text: self.deny(focus.pane, text))
         focus.approval.edited.connect(lambda args: self.approve(focus.pane, args))
@@ -69,9 +72,24 @@ class ApprovalControls:
             self.approve(pane)
 
     def approve_all(self, session_ids: Iterable[str]) -> None:
-        """Approve every request of these sessions that waits for one, in a stable order."""
-        for session_id in sorted(session_ids):
-            self.approve_waiting(self._panes.get(session_id))
+        """Approve every request of these sessions that waits for one, in a stable order —
+        after a confirmation that names each action that would run."""
+        panes = [p for p in (self._panes.get(sid) for sid in sorted(session_ids))
+                 if p is not None and p.info.state is SessionState.AWAITING_APPROVAL]
+        if not panes:
+            return
+        n = len(panes)
+        commands = sum(1 for p in panes if p.approval.summary.text().startswith("$ "))
+        edits = sum(1 for p in panes if p.approval.preview_text)
+        others = n - commands - edits
+        kinds = ", ".join(part for part in (
+            _count(commands, "command"), _count(edits, "file edit"), _count(others, "other action")) if part)
+        self._confirmations.ask(
+            lambda: [self.approve_waiting(p) for p in panes if p.info.session_id in self._panes],
+            title="Approve all", confirm=f"Approve {n}",
+            headline=f"Approve {_count(n, 'waiting action')} in {_count(n, 'session')}?",
+            items=[f"{p.info.name}: {p.approval.summary.text().split('  — ')[0]}" for p in panes],
+            note=f"They run as shown: {kinds}. Each pane shows its action in full.")
 
     def _answered(self, pane: SessionPane | None) -> bool:
         """Hide the request in both views as soon as it is answered (the fleet confirms)."""
@@ -81,3 +99,7 @@ class ApprovalControls:
         if self._focus.pane is pane:
             self._focus.approval.hide()
         return True
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}" if n else ""

@@ -67,6 +67,14 @@ class SessionTools:
     server_url: str = ""
     """Where its dev server answers; empty when none runs."""
     setup_command: str = ""
+    state: str = ""
+    """Its state (``running``, ``done`` …)."""
+    active: bool = False
+    """It has an agent run alive or waiting (stop applies)."""
+    name: str = ""
+    branch: str = ""
+    worktree: str = ""
+    repo: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +84,47 @@ class MergePlan:
     names: tuple[str, ...] = ()
     into: str = ""
     gate: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewPlan:
+    """What the commit-and-merge dialog starts from: the session's actual changes."""
+
+    session_id: str
+    name: str
+    branch: str
+    base: str
+    message: str
+    """A commit message drawn from the changes (editable)."""
+    files: tuple[str, ...] = ()
+    """``path  +a −r`` of each changed file."""
+    commits: tuple[str, ...] = ()
+    """Commits on its branch the base lacks (``abc1234 subject``)."""
+    uncommitted: int = 0
+    branches: tuple[str, ...] = ()
+    checkouts: tuple[tuple[str, str], ...] = ()
+    """(branch, folder) of each branch checked out somewhere."""
+    gate: str = ""
+    working: bool = False
+    """It generates (or will again on its own): merging waits until it is paused."""
+    waiting_action: str = ""
+    """The action it waits to have approved: merging pauses it, withdrawing that action."""
+
+
+@dataclass(frozen=True, slots=True)
+class MergeOutcome:
+    ok: bool
+    message: str
+    conflicts: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivedSession:
+    session_id: str
+    name: str
+    note: str
+    branch: str
+    repo: str
 
 
 class SessionCommands(Protocol):
@@ -101,6 +150,18 @@ class SessionCommands(Protocol):
     async def run_setup(self, session_id: str) -> None: ...
     def merge_plan(self) -> MergePlan: ...
     async def merge_ready(self, into: str, gate: str, rebase: bool) -> str: ...
+    async def review_plan(self, session_id: str) -> ReviewPlan: ...
+    async def commit(self, session_id: str, message: str) -> str: ...
+    async def merge_one(self, session_id: str, message: str, into: str, rebase: bool, gate: str) -> MergeOutcome: ...
+    async def discard(self, session_id: str) -> str: ...
+    async def stop(self, session_id: str) -> None: ...
+    async def restart(self, session_id: str) -> None: ...
+    async def rename(self, session_id: str, name: str) -> None: ...
+    async def archive(self, session_id: str) -> None: ...
+    async def unarchive(self, session_id: str) -> None: ...
+    async def remove(self, session_id: str) -> None: ...
+    async def restore_checkpoint(self, session_id: str, commit: str, files: bool, conversation: bool) -> None: ...
+    def archived_sessions(self) -> list[ArchivedSession]: ...
 
 
 class EngineControl(Protocol):

@@ -88,6 +88,10 @@ class FleetBridge(QObject):
     session_state_changed = Signal(str, object, object, str)
     """(session id, old ``SessionState``, new ``SessionState``, reason)."""
     session_removed = Signal(str)
+    session_archived = Signal(str, str)
+    """(session id, why): it left the grid for the archive."""
+    session_unarchived = Signal(str)
+    """It came back from the archive: its pane is new, its history still to load."""
     approval_requested = Signal(str, object)
     """(session id, ``ApprovalRequested``)."""
     approval_resolved = Signal(str, object)
@@ -169,9 +173,10 @@ class FleetBridge(QObject):
     # ----- the sessions that exist when the window opens -----
     async def load_existing(self) -> None:
         """Panes for the fleet's sessions, each with its stored transcript."""
-        for summary in self.fleet.sessions():
+        shown = [s for s in self.fleet.sessions() if not s.archived]  # the archive stays out of the grid
+        for summary in shown:
             self._add(summary)
-        for summary in self.fleet.sessions():
+        for summary in shown:
             await self.load_history(summary.session_id)
         held, self._held = self._held or [], None
         for item in held:
@@ -214,6 +219,10 @@ class FleetBridge(QObject):
             self._docs.pop(event.session_id, None)
             window.remove_session(event.session_id)
             self.session_removed.emit(event.session_id)
+        elif isinstance(event, fe.SessionArchived):
+            self._archived(event)
+        elif isinstance(event, fe.SessionRenamed):
+            self._update_info(event.session_id, name=event.name)
         elif isinstance(event, fe.GenerationSlotsChanged):
             self.slots_changed.emit(event.generating, event.waiting, event.cap)
         elif isinstance(event, fe.AttachProgress):
@@ -234,6 +243,26 @@ class FleetBridge(QObject):
         elif isinstance(event, fe.OrphanWorktreesFound):
             if event.orphans:
                 self.message.emit(f"{len(event.orphans)} worktree(s) no session owns; see Sessions → Clean up")
+
+    def _archived(self, event: fe.SessionArchived) -> None:
+        """Out of the grid into the archive (its pane goes), or back (a new pane)."""
+        if event.note:
+            info = self.window.session_info(event.session_id)
+            if info is None:
+                return
+            self._last_seq.pop(event.session_id, None)
+            self._docs.pop(event.session_id, None)
+            self.window.remove_session(event.session_id)
+            self.message.emit(f"{info.name} went to the archive: {event.note}")
+            self.session_archived.emit(event.session_id, event.note)
+            return
+        summary = self.fleet.summary(event.session_id)
+        if summary.session_id in self._docs:
+            return
+        self._last_seq.pop(event.session_id, None)  # its whole history loads into the new pane
+        self._add(summary)
+        self.message.emit(f"{summary.name} is back in the grid")
+        self.session_unarchived.emit(event.session_id)
 
     def _worktree_tool_changed(self, event: fe.SessionReadyChanged | fe.DevServerChanged) -> None:
         info = self.window.session_info(event.session_id)

@@ -12,7 +12,14 @@ from workstation.core.errors import UserError
 from workstation.core.session_state import SessionState
 from workstation.fleet.service import Fleet
 from workstation.fleet.session import SessionSpec
-from workstation.ui.backend import MergePlan, NewSessionRequest, SessionTools
+from workstation.ui.backend import (
+    ArchivedSession,
+    MergeOutcome,
+    MergePlan,
+    NewSessionRequest,
+    ReviewPlan,
+    SessionTools,
+)
 
 AUTO_APPROVE_CATEGORIES = {
     "ask": ("none",),
@@ -142,7 +149,8 @@ class FleetCommands:
         return SessionTools(
             ready=bool(rec.ready_at), working=rec.state.is_active or rec.state is SessionState.PREPARING,
             run_command=rec.spec.run_command or "", server_url=server.url if server is not None else "",
-            setup_command=rec.spec.setup_command or "")
+            setup_command=rec.spec.setup_command or "", state=rec.state.value, active=rec.state.is_active,
+            name=rec.name, branch=rec.branch, worktree=rec.worktree_path, repo=rec.repo_path)
 
     async def mark_ready(self, session_id: str, ready: bool) -> None:
         await self.fleet.mark_ready(session_id, ready)
@@ -174,6 +182,83 @@ class FleetCommands:
             return f"merge queue: {len(report.merged)} session(s) merged into {into}: {', '.join(report.merged)}"
         return (f"merge queue stopped{' at ' + report.stopped_at if report.stopped_at else ''}: "
                 f"{report.reason}; {into} is unchanged")
+
+    # ----- review: commit, one-step merge (through the merge queue), discard -----
+    async def review_plan(self, session_id: str) -> ReviewPlan:
+        from workstation.core import agent_events as ev
+        from workstation.fleet.bootstrap import repo_settings
+        from workstation.fleet.review import merge_facts, suggested_message
+        from workstation.fleet.workspace_ops import workspace_of
+
+        rec = self.fleet.record(session_id)
+        diff = await self.fleet.diff(session_id)
+        facts = await merge_facts(self.fleet.git, workspace_of(rec))
+        results = [e.result for _seq, e in await self.fleet.transcript(session_id) if isinstance(e, ev.TaskCompleted)]
+        conf = repo_settings(self.fleet.bootstrap.options.repos, Path(rec.repo_path))
+        waiting = next((r.summary or r.tool for r in self.fleet.pending_approvals() if r.session_id == session_id), "")
+        return ReviewPlan(
+            session_id, rec.name, rec.branch, rec.base_branch,
+            suggested_message(rec.name, rec.spec.task, diff, results[-1] if results else ""),
+            files=tuple(f"{f.path}  " + ("binary" if f.added is None else f"+{f.added} −{f.removed}")
+                        for f in diff.files),
+            commits=facts.commits, uncommitted=len(facts.uncommitted), branches=facts.branches,
+            checkouts=tuple(facts.checkouts.items()), gate=conf.gate if conf is not None else "",
+            working=rec.state.is_working, waiting_action=waiting)
+
+    async def commit(self, session_id: str, message: str) -> str:
+        return (await self.fleet.commit(session_id, message)).message
+
+    async def merge_one(self, session_id: str, message: str, into: str, rebase: bool, gate: str) -> MergeOutcome:
+        """Commit its changes with ``message``, then merge it through the merge queue (gated
+        by ``gate`` when one is given); merged, it goes to the archive."""
+        rec = self.fleet.record(session_id)
+        if rec.state is SessionState.AWAITING_APPROVAL:  # the dialog said: its waiting action is withdrawn
+            await self.fleet.pause(session_id)
+        await self.fleet.mark_ready(session_id, True, message=message.strip() or None)
+        report = await self.fleet.merge_ready(into=into, gate=gate, rebase=rebase, names=[rec.name],
+                                              require_gate=bool(gate.strip()))
+        if report.ok and report.merged:
+            return MergeOutcome(True, f"{rec.name} merged into {into} ({(report.commit or '')[:10]})")
+        if report.ok:
+            await self.fleet.mark_ready(session_id, False)
+            return MergeOutcome(False, f"nothing to merge: {rec.branch} has nothing {into} lacks")
+        await self.fleet.mark_ready(session_id, False)
+        return MergeOutcome(False, f"{report.reason}; {into} is unchanged", tuple(report.conflicts))
+
+    async def discard(self, session_id: str) -> str:
+        return (await self.fleet.discard(session_id)).message
+
+    # ----- lifecycle -----
+    async def stop(self, session_id: str) -> None:
+        await self.fleet.stop(session_id)
+
+    async def restart(self, session_id: str) -> None:
+        """Stop what it does and start it again (its agent resumes from its history)."""
+        await self.fleet.stop(session_id)
+        await self.fleet.start_session(session_id)
+
+    async def rename(self, session_id: str, name: str) -> None:
+        await self.fleet.shelf.rename(session_id, name)
+
+    async def archive(self, session_id: str) -> None:
+        if self.fleet.record(session_id).state.is_active:
+            await self.fleet.stop(session_id)
+        self.fleet.shelf.archive(session_id, "archived by you")
+
+    async def unarchive(self, session_id: str) -> None:
+        self.fleet.shelf.unarchive(session_id)
+
+    async def remove(self, session_id: str) -> None:
+        await self.fleet.remove(session_id)
+
+    async def restore_checkpoint(self, session_id: str, commit: str, files: bool, conversation: bool) -> None:
+        if self.fleet.record(session_id).state.is_active:
+            await self.fleet.pause(session_id)
+        await self.fleet.restore_checkpoint(session_id, commit, files=files, conversation=conversation)
+
+    def archived_sessions(self) -> list[ArchivedSession]:
+        return [ArchivedSession(s.session_id, s.name, s.archived, s.branch, s.repo_path)
+                for s in self.fleet.sessions() if s.archived]
 
     def endpoint_names(self) -> list[str]:
         return [e.name for e in self.fleet.router.endpoints]

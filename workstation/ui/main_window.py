@@ -33,15 +33,18 @@ from workstation.core.session_state import SessionState
 from workstation.ui.approval_controls import ApprovalControls
 from workstation.ui.attention import Attention
 from workstation.ui.backend import EngineControl, EngineView, SessionCommands
+from workstation.ui.dialogs.confirm import Confirmations
 from workstation.ui.engine_dock import STATE_WORDS, EngineDock
 from workstation.ui.icons_fallback import safe_app_icon, safe_icon
 from workstation.ui.panes.focus_view import FocusView
 from workstation.ui.panes.session_pane import PaneInfo, SessionPane
 from workstation.ui.panes.tile_grid import TileGrid
-from workstation.ui.panes.transcript_doc import TranscriptDoc, diff_counts
+from workstation.ui.panes.transcript_doc import TranscriptDoc
+from workstation.ui.review_flow import ReviewFlow
 from workstation.ui.sandbox_banner import SandboxBanner
 from workstation.ui.session_actions import SessionActions
 from workstation.ui.status_line import session_summary_line
+from workstation.ui.stop_guard import StopGuard
 from workstation.ui.tasks import TaskOwner
 
 if TYPE_CHECKING:
@@ -106,7 +109,11 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
         self.attention = Attention(self)
-        self.approvals = ApprovalControls(self.panes, self.focus, self._command)
+        self.confirmations = Confirmations(self)  # destructive actions ask first, naming what they affect
+        self.approvals = ApprovalControls(self.panes, self.focus, self._command, self.confirmations)
+        self.review = ReviewFlow(self, self._command)  # the focus view's Diff tab, commit and merge, checkpoints
+        self.guard = StopGuard(self)  # asks before the engine stops mid-request and before quitting
+        self.generating = 0
         self._build_toolbar()
         self._build_status_bar()
         self.engine_dock = EngineDock(self)
@@ -149,9 +156,9 @@ class MainWindow(QMainWindow):
         self.approve_all_action = QAction(safe_icon("approve"), "Approve", self)
         self.approve_all_action.setToolTip("Approve every pending request (Ctrl+Shift+A)")
         self.layout_action = QAction(safe_icon("layout"), "Layout", self)
-        self.session_actions = SessionActions(self, self)  # pane menus (ready, dev server, setup), merge queue
+        self.session_actions = SessionActions(self, self, self._command)  # pane menus (ready, dev server, setup), merge queue
         for action in (self.new_action, self.start_all_action, self.pause_all_action, self.approve_all_action,
-                       self.session_actions.merge_action):
+                       self.session_actions.merge_action, self.session_actions.archive_action):
             bar.addAction(action)
         layout_menu = QMenu(self)
         self.per_page_actions: dict[int, QAction] = {}
@@ -242,11 +249,9 @@ class MainWindow(QMainWindow):
         self.focus.follow_up_images.connect(
             lambda sid, text, images: self._command(
                 "follow-up", lambda c: c.follow_up(sid, text, tuple(images))))
-        self.focus.diff.refresh_requested.connect(self.refresh_diff)
-        self.focus.diff.integrate_requested.connect(self._on_integrate)
-        self.engine_dock.start_requested.connect(lambda p: self._engine("start", lambda e: e.start(p or None)))
-        self.engine_dock.stop_requested.connect(lambda: self._engine("stop", lambda e: e.stop()))
-        self.engine_dock.restart_requested.connect(lambda p: self._engine("restart", lambda e: e.restart(p or None)))
+        self.engine_dock.start_requested.connect(lambda p: self.engine_verb("start", lambda e: e.start(p or None)))
+        self.engine_dock.stop_requested.connect(self.guard.stop_engine)
+        self.engine_dock.restart_requested.connect(lambda p: self.engine_verb("restart", lambda e: e.restart(p or None)))
 
     # ----- sessions (called by the bridge / backends) -----
     def add_session(self, info: PaneInfo) -> TranscriptDoc:
@@ -321,9 +326,12 @@ class MainWindow(QMainWindow):
         bridge.slots_changed.connect(self._on_slots_changed)
         bridge.output_appended.connect(self._on_output)
         bridge.checkpoints_changed.connect(self._on_checkpoints)
-        bridge.integrated.connect(lambda _e: self.refresh_diff())
+        bridge.session_created.connect(lambda summary: self.grid.bring_into_view(summary.session_id))
+        bridge.session_unarchived.connect(lambda sid: self.tasks.spawn(bridge.load_history(sid), "unarchive"))
+        self.review.attach(bridge)
 
     def _on_slots_changed(self, generating: int, waiting: int, cap: int) -> None:
+        self.generating = generating
         self._slots_text = f"generating {generating}/{cap}" + (f" · waiting {waiting}" if waiting else "")
         self._update_counts()
 
@@ -367,7 +375,7 @@ class MainWindow(QMainWindow):
             self.focus.append_output(self.bridge.output_of(session_id))
             self._fill_checkpoints(session_id)
         self.stack.setCurrentWidget(self.focus)
-        self.refresh_diff()
+        self.review.refresh_diff()
 
     def show_grid(self) -> None:
         if self.stack.currentWidget() is self.focus:
@@ -459,12 +467,13 @@ class MainWindow(QMainWindow):
     def engine_log_line(self, line: str) -> None:
         self.engine_dock.add_log_line(line)
 
-    def _engine(self, verb: str, call: Callable[[EngineControl], Awaitable[None]]) -> None:
+    def engine_verb(self, verb: str, call: Callable[[EngineControl], Awaitable[None]]) -> None:
         if self.engine is not None:
             self.tasks.spawn(call(self.engine), f"engine-{verb}")
 
     # ----- commands -----
-    def _command(self, name: str, call: Callable[[SessionCommands], Awaitable[None]]) -> None:
+    def _command(self, name: str, call: Callable[[SessionCommands], Awaitable[object]]) -> None:
+        """Run one of the sessions' commands as an owned task (its error goes to the status bar)."""
         if self.commands is None:
             self.show_error("no sessions service is running")
             return
@@ -481,28 +490,6 @@ class MainWindow(QMainWindow):
 
     def _on_focus_follow_up(self, session_id: str, text: str) -> None:
         self._command("follow-up", lambda c: c.follow_up(session_id, text))
-
-    def refresh_diff(self) -> None:
-        pane = self.focus.pane
-        if pane is None or self.commands is None:
-            return
-        session_id = pane.info.session_id
-
-        commands = self.commands
-
-        async def load() -> None:
-            text = await commands.diff(session_id)
-            if self.focus.pane is pane:
-                added, removed = diff_counts(text)
-                self.focus.diff.set_diff(text, f"+{added} −{removed}" if text else "")
-
-        self.tasks.spawn(load(), "diff")
-
-    def _on_integrate(self, action: str) -> None:
-        pane = self.focus.pane
-        if pane is not None:
-            sid = pane.info.session_id
-            self._command(f"integrate-{action}", lambda c: c.integrate(sid, action))
 
     # ----- status -----
     def _update_counts(self) -> None:
@@ -557,7 +544,7 @@ class MainWindow(QMainWindow):
             event.accept()
             return
         event.ignore()
-        if not self._closing:
+        if not self._closing and self.guard.close_may_go_on():
             self._closing = True
             self.save_layout()
             self.show_status("Shutting down…", 60000)

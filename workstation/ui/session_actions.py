@@ -1,21 +1,34 @@
-"""The window's worktree tools: each pane's menu (ready to merge, dev server, setup again)
-and the toolbar's merge queue. Owns the merge action and the open dialog; calls the
-window's commands (``SessionCommands``) as owned tasks, and redraws from the events the
-bridge turns into pane state (``SessionReadyChanged``, ``DevServerChanged``)."""
+"""Each pane's menu and the toolbar's session tools: stop, restart, rename, commit and merge,
+archive, remove (worktree and branch, after a confirmation); the worktree tools (ready to
+merge, dev server, setup again); the merge queue; and the archive of sessions that left the
+grid (merged, discarded or archived), from where they come back or are removed for good.
+
+Owns the open menu and dialogs; calls the window's commands (``SessionCommands``) as owned
+tasks, and redraws from the events the bridge turns into pane state."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import QPoint, QUrl
 from PySide6.QtGui import QAction, QDesktopServices
-from PySide6.QtWidgets import QMenu, QWidget
+from PySide6.QtWidgets import QInputDialog, QLineEdit, QMenu, QWidget
 
 from workstation.ui.backend import SessionCommands, SessionTools
+from workstation.ui.dialogs.archive_dialog import ArchiveDialog
 from workstation.ui.dialogs.merge_dialog import MergeDialog
 from workstation.ui.icons_fallback import safe_icon
 from workstation.ui.panes.session_pane import SessionPane
 from workstation.ui.tasks import TaskOwner
+
+if TYPE_CHECKING:
+    from workstation.ui.approval_controls import Command
+    from workstation.ui.dialogs.confirm import Confirmations
+    from workstation.ui.review_flow import ReviewFlow
+
+RESTARTABLE = ("running", "queued", "awaiting_approval", "needs_input", "engine_wait", "paused", "failed",
+               "stopped")
 
 
 class ToolsWindow(Protocol):
@@ -28,6 +41,13 @@ class ToolsWindow(Protocol):
     def tasks(self) -> TaskOwner: ...
     def show_status(self, message: str, timeout_ms: int = 8000) -> None: ...
     def show_error(self, message: str) -> None: ...
+    @property
+    def panes(self) -> Mapping[str, SessionPane]: ...
+    @property
+    def confirmations(self) -> Confirmations: ...
+    @property
+    def review(self) -> ReviewFlow: ...
+    def show_focus(self, pane: SessionPane) -> None: ...
 
 
 def session_menu(tools: SessionTools, parent: QWidget | None = None) -> QMenu:
@@ -40,6 +60,11 @@ def session_menu(tools: SessionTools, parent: QWidget | None = None) -> QMenu:
         action.setEnabled(enabled)
         return action
 
+    add("Stop", "stop", tools.active, "stop")
+    add("Restart (stop, then run again from its history)", "restart", tools.state in RESTARTABLE, "restart")
+    add(f"Rename… (its branch stays {tools.branch})" if tools.branch else "Rename…", "rename")
+    menu.addSeparator()
+    add("Commit and merge…", "merge", not tools.working, "merge")
     if tools.ready:
         add("Take back the ready mark", "unready")
     else:
@@ -54,18 +79,25 @@ def session_menu(tools: SessionTools, parent: QWidget | None = None) -> QMenu:
         add("No dev server: set `run` for its repository", "", False)
     if tools.setup_command:
         add(f"Run setup again ({tools.setup_command})", "setup", not tools.working)
+    menu.addSeparator()
+    add("Archive (leaves the grid; its branch stays)", "archive", icon="archive")
+    add("Remove… (deletes its worktree and branch)", "remove", icon="discard")
     return menu
 
 
 class SessionActions:
-    def __init__(self, window: ToolsWindow, parent: QWidget) -> None:
+    def __init__(self, window: ToolsWindow, parent: QWidget, command: Command) -> None:
         self.window = window
+        self._command = command
         self._parent = parent
         self.menu: QMenu | None = None
-        self.dialog: MergeDialog | None = None
+        self.dialog: MergeDialog | ArchiveDialog | QInputDialog | None = None
         self.merge_action = QAction(safe_icon("merge"), "Merge ready…", parent)
         self.merge_action.setToolTip("Merge the sessions marked ready, gated by the test command")
         self.merge_action.triggered.connect(self.open_merge)
+        self.archive_action = QAction(safe_icon("archive"), "Archive…", parent)
+        self.archive_action.setToolTip("Sessions that left the grid: merged, discarded or archived")
+        self.archive_action.triggered.connect(self.open_archive)
 
     def attach(self, pane: SessionPane) -> None:
         pane.menu_requested.connect(lambda pos, p=pane: self.open_menu(p, pos))
@@ -96,6 +128,45 @@ class SessionActions:
             url = commands.session_tools(session_id).server_url
             if url:
                 QDesktopServices.openUrl(QUrl(url))
+        elif what == "stop":
+            spawn(commands.stop(session_id), "stop")
+        elif what == "restart":
+            spawn(commands.restart(session_id), "restart")
+        elif what == "archive":
+            spawn(commands.archive(session_id), "archive")
+        elif what == "rename":
+            self._rename(session_id)
+        elif what == "remove":
+            self.ask_remove(session_id)
+        elif what == "merge":
+            pane = self.window.panes.get(session_id)
+            if pane is not None:
+                self.window.show_focus(pane)
+                self.window.review.integrate("merge")
+
+    def _rename(self, session_id: str) -> None:
+        tools = self.window.commands.session_tools(session_id)
+        dialog = QInputDialog(self._parent)
+        dialog.setWindowTitle(f"Rename {tools.name}")
+        dialog.setLabelText(f"New name (its branch stays {tools.branch}):")
+        dialog.setTextEchoMode(QLineEdit.EchoMode.Normal)
+        dialog.setTextValue(tools.name)
+        dialog.textValueSelected.connect(
+            lambda name: self._command("rename", lambda c: c.rename(session_id, name)))
+        dialog.finished.connect(dialog.deleteLater)
+        self.dialog = dialog
+        dialog.open()
+
+    def ask_remove(self, session_id: str) -> None:
+        tools = self.window.commands.session_tools(session_id)
+        self.window.confirmations.ask(
+            lambda: self._command("remove", lambda c: c.remove(session_id)),
+            title=f"Remove {tools.name}", confirm="Remove",
+            headline=f"Remove {tools.name}, its worktree and its branch?",
+            items=[f"worktree {tools.worktree}", f"branch {tools.branch} in {tools.repo}",
+                   "its transcript and checkpoints"],
+            note="What it did that is not merged is lost; this cannot be undone."
+                 + (" It is working: it is stopped first." if tools.active else ""))
 
     def open_merge(self) -> MergeDialog | None:
         commands = self.window.commands
@@ -106,6 +177,19 @@ class SessionActions:
         self.dialog.merge_requested.connect(self._merge)
         self.dialog.open()
         return self.dialog
+
+    def open_archive(self) -> ArchiveDialog | None:
+        commands = self.window.commands
+        if commands is None:
+            self.window.show_error("no sessions service is running")
+            return None
+        dialog = ArchiveDialog(commands.archived_sessions(), self._parent)
+        dialog.unarchive_requested.connect(lambda sid: self._command("unarchive", lambda c: c.unarchive(sid)))
+        dialog.remove_requested.connect(self.ask_remove)
+        dialog.finished.connect(dialog.deleteLater)
+        self.dialog = dialog
+        dialog.open()
+        return dialog
 
     def _merge(self, into: str, gate: str, rebase: bool) -> None:
         commands = self.window.commands

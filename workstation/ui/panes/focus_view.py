@@ -9,10 +9,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeyEvent, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QHBoxLayout,
-    QLabel,
     QLineEdit,
-    QListWidget,
-    QListWidgetItem,
     QPlainTextEdit,
     QPushButton,
     QTabWidget,
@@ -24,67 +21,14 @@ from workstation.ui import theme
 from workstation.ui.image_tray import ImageTray
 from workstation.ui.panes.line_colours import line_colours
 from workstation.ui.panes.approval_bar import ApprovalBar
+from workstation.ui.panes.checkpoint_list import CheckpointList
+from workstation.ui.panes.diff_view import DiffView
 from workstation.ui.panes.session_pane import PaneHeader, SessionPane
-from workstation.ui.panes.transcript_doc import LineStyle, diff_style
+from workstation.ui.panes.transcript_doc import LineStyle
 from workstation.ui.panes.transcript_mirror import TranscriptMirror
 
 OUTPUT_MAX_BLOCKS = 5000
 FOCUS_PREVIEW_LINES = 24
-
-
-class DiffView(QWidget):
-    """The session's diff against its base, with the review actions."""
-
-    refresh_requested = Signal()
-    integrate_requested = Signal(str)
-    """``commit``, ``merge`` or ``discard``."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 4, 0, 0)
-        row = QHBoxLayout()
-        self.summary = QLabel("No changes yet.")
-        row.addWidget(self.summary, 1)
-        self.refresh_button = QPushButton("Refresh")
-        self.commit_button = QPushButton("Commit…")
-        self.merge_button = QPushButton("Merge")
-        self.discard_button = QPushButton("Discard…")
-        for button, action in (
-            (self.commit_button, "commit"), (self.merge_button, "merge"), (self.discard_button, "discard"),
-        ):
-            button.clicked.connect(lambda _=False, a=action: self.integrate_requested.emit(a))
-            row.addWidget(button)
-        self.refresh_button.clicked.connect(self.refresh_requested)
-        row.insertWidget(1, self.refresh_button)
-        layout.addLayout(row)
-        self.text = QPlainTextEdit()
-        self.text.setReadOnly(True)
-        self.text.setFont(theme.mono_font(9.5))
-        self.text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
-        layout.addWidget(self.text, 1)
-        self.set_actions_enabled(False)
-
-    def set_actions_enabled(self, enabled: bool) -> None:
-        for button in (self.commit_button, self.merge_button, self.discard_button):
-            button.setEnabled(enabled)
-
-    def set_diff(self, diff_text: str, summary: str = "") -> None:
-        colours = line_colours(self.palette())
-        self.text.clear()
-        cursor = QTextCursor(self.text.document())
-        cursor.beginEditBlock()
-        first = True
-        for line in diff_text.splitlines():
-            if not first:
-                cursor.insertBlock()
-            first = False
-            fmt = QTextCharFormat()
-            fmt.setForeground(colours[diff_style(line)])
-            cursor.insertText(line, fmt)
-        cursor.endEditBlock()
-        self.summary.setText(summary or ("No changes yet." if not diff_text else ""))
-        self.set_actions_enabled(bool(diff_text))
 
 
 class FocusView(QWidget):
@@ -114,8 +58,7 @@ class FocusView(QWidget):
         self.tabs = QTabWidget()
         self.transcript = TranscriptMirror()
         self.diff = DiffView()
-        self.checkpoints = QListWidget()
-        self.checkpoints.setAlternatingRowColors(True)
+        self.checkpoints = CheckpointList()
         self.output = QPlainTextEdit()
         self.output.setReadOnly(True)
         self.output.setFont(theme.mono_font(9.5))
@@ -183,12 +126,8 @@ class FocusView(QWidget):
         cursor.insertText(text, fmt)
 
     def set_checkpoints(self, items: list[tuple[str, str]]) -> None:
-        """(label, tooltip) of each checkpoint, oldest first."""
-        self.checkpoints.clear()
-        for label, tip in items:
-            item = QListWidgetItem(label)
-            item.setToolTip(tip)
-            self.checkpoints.addItem(item)
+        """(label, commit) of each checkpoint, oldest first."""
+        self.checkpoints.set_items(items)
 
     def configure_images(self, attachments_dir: str, refusal: str) -> None:
         """Where pasted images are kept, and why images cannot go (empty: they can)."""

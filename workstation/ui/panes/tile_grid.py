@@ -79,6 +79,13 @@ class TileGrid(QWidget):
         self.relayout()
         self.focus_changed.emit(self.focused)
 
+    def bring_into_view(self, session_id: str) -> None:
+        """Focus a session's pane, turning to its page (a new session is seen at once)."""
+        for index, pane in enumerate(self.panes):
+            if pane.info.session_id == session_id:
+                self.set_focus(index)
+                return
+
     def visible_panes(self) -> list[SessionPane]:
         return [self.panes[i] for i in self.shape.page_range(self.page)] if self.panes else []
 
