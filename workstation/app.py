@@ -405,9 +405,7 @@ class Application:
         self._accepting = False
         window = self.window
         if window is not None:
-            for action in (window.new_action, window.start_all_action, window.approve_all_action):
-                action.setEnabled(False)
-            window.commands = None
+            window.stop_accepting_work()
         recorder = self.recorder
         if recorder is not None and recorder.state.value in ("starting", "recording"):
             recorder.stop()

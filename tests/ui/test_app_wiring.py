@@ -46,11 +46,12 @@ def test_without_the_meters_the_window_says_so(qtbot, settings, caplog, monkeypa
     app.window.allow_close()
 
 
-def test_a_failing_shutdown_stage_of_the_window_is_logged_and_the_engine_still_stops(settings, caplog) -> None:  # type: ignore[no-untyped-def]
+def test_a_failing_shutdown_stage_of_the_window_is_logged_and_the_engine_still_stops(qtbot, settings, caplog) -> None:  # type: ignore[no-untyped-def]
     import asyncio
 
     from workstation.app import Application
     from workstation.services import Services
+    from workstation.ui.main_window import MainWindow
 
     class BrokenBridge:
         def close(self) -> None:
@@ -65,7 +66,10 @@ def test_a_failing_shutdown_stage_of_the_window_is_logged_and_the_engine_still_s
     app.services = Services(settings)
     app.services.aclose = aclose  # type: ignore[method-assign]
     app.bridge = BrokenBridge()  # type: ignore[assignment]
+    app.window = MainWindow(settings)
+    qtbot.addWidget(app.window)
     with caplog.at_level("ERROR", logger="workstation.services"):
         asyncio.run(app.shutdown())
     assert "shutdown: closing the fleet's bridge failed" in caplog.text and "the bridge is gone" in caplog.text
     assert closed == ["services"]
+    assert not app.window.new_action.isEnabled() and app.window.commands is None  # no new work

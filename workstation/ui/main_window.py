@@ -533,6 +533,12 @@ class MainWindow(QMainWindow):
         self._qsettings.setValue("window/state", self.saveState())
         self._qsettings.sync()
 
+    def stop_accepting_work(self) -> None:
+        """The shutdown began: no new sessions, starts or approvals; commands go nowhere."""
+        for action in (self.new_action, self.start_all_action, self.approve_all_action):
+            action.setEnabled(False)
+        self.commands = None
+
     def allow_close(self) -> None:
         """The app finished its shutdown: the next close really closes."""
         self._allow_close = True
