@@ -10,18 +10,36 @@ tasks and redraws from what they return and from the bridge's events."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Protocol
 
 from workstation.core.errors import UserError
 from workstation.ui.approval_controls import Command
-from workstation.ui.backend import MergeOutcome, ReviewPlan
+from workstation.ui.backend import MergeOutcome, ReviewPlan, SessionCommands
+from workstation.ui.bridge import FleetBridge
 from workstation.ui.dialogs.commit_merge import CommitMergeDialog
+from workstation.ui.dialogs.confirm import Confirmations
 from workstation.ui.dialogs.restore_checkpoint import RestoreDialog
+from workstation.ui.panes.focus_view import FocusView
 from workstation.ui.panes.transcript_doc import diff_counts
+from workstation.ui.tasks import TaskOwner
+
+
+class ReviewWindow(Protocol):
+    """What the review asks of the window (:class:`~workstation.ui.main_window.MainWindow`)."""
+
+    @property
+    def focus(self) -> FocusView: ...
+    @property
+    def commands(self) -> SessionCommands | None: ...
+    @property
+    def tasks(self) -> TaskOwner: ...
+    @property
+    def confirmations(self) -> Confirmations: ...
+    def show_status(self, message: str, timeout_ms: int = 8000) -> None: ...
 
 
 class ReviewFlow:
-    def __init__(self, window: Any, command: Command) -> None:
+    def __init__(self, window: ReviewWindow, command: Command) -> None:
         """``window``: the :class:`~workstation.ui.main_window.MainWindow` (its focus view,
         commands, tasks, confirmations and status line); ``command``: its way to run one."""
         self.window = window
@@ -35,7 +53,7 @@ class ReviewFlow:
         focus.checkpoints.restore_requested.connect(self.restore)
         focus.tabs.currentChanged.connect(lambda _i: self._on_tab())
 
-    def attach(self, bridge: Any) -> None:
+    def attach(self, bridge: FleetBridge) -> None:
         """Follow the worktree: a checkpoint means the agent changed files."""
         bridge.checkpoints_changed.connect(self._on_changed)
         bridge.integrated.connect(lambda event: self._on_changed(event.session_id))

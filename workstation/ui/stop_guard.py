@@ -6,9 +6,28 @@ It owns whether the user already said yes to quitting (the next close goes throu
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Protocol
 
 from workstation.core.session_state import SessionState
+from workstation.ui.backend import EngineControl
+from workstation.ui.dialogs.confirm import Confirmations
+from workstation.ui.panes.session_pane import SessionPane
+
+
+class GuardedWindow(Protocol):
+    """What the guard asks of the window (:class:`~workstation.ui.main_window.MainWindow`)."""
+
+    @property
+    def panes(self) -> Mapping[str, SessionPane]: ...
+    @property
+    def confirmations(self) -> Confirmations: ...
+    @property
+    def generating(self) -> int:
+        """Requests the engine is generating now (the fleet's slots in use)."""
+        ...
+    def engine_verb(self, verb: str, call: Callable[[EngineControl], Awaitable[None]]) -> None: ...
+    def close(self) -> bool: ...
 
 
 def _plural(n: int, word: str) -> str:
@@ -16,7 +35,7 @@ def _plural(n: int, word: str) -> str:
 
 
 class StopGuard:
-    def __init__(self, window: Any) -> None:
+    def __init__(self, window: GuardedWindow) -> None:
         """``window``: the :class:`~workstation.ui.main_window.MainWindow` (its panes,
         confirmations, engine verb and generation count)."""
         self.window = window
