@@ -187,6 +187,8 @@ FleetEvent = (
     SessionCreated
     | SessionStateChanged
     | SessionRemoved
+    | SessionArchived
+    | SessionRenamed
     | SessionStatsChanged
     | SessionAgentEvent
     | AttachProgress

@@ -79,7 +79,7 @@ class Fleet:
     restart. ``await start()`` first, ``await aclose()`` last."""
 
     changed = Signal(object)
-    """Every fleet event except agent events (``workstation.core.fleet_events``)."""
+    """Every fleet event except agent events (a ``workstation.core.fleet_events.FleetEvent``)."""
     agent_event = Signal(object)
     """``SessionAgentEvent``: each agent event of each session, in order (hot path)."""
 
