@@ -40,6 +40,7 @@ from workstation.ui.panes.focus_view import FocusView
 from workstation.ui.panes.session_pane import PaneInfo, SessionPane
 from workstation.ui.panes.tile_grid import TileGrid
 from workstation.ui.panes.transcript_doc import TranscriptDoc
+from workstation.ui.new_session_flow import NewSessionFlow
 from workstation.ui.review_flow import ReviewFlow
 from workstation.ui.sandbox_banner import SandboxBanner
 from workstation.ui.session_actions import SessionActions
@@ -112,6 +113,7 @@ class MainWindow(QMainWindow):
         self.confirmations = Confirmations(self)  # destructive actions ask first, naming what they affect
         self.approvals = ApprovalControls(self.panes, self.focus, self._command, self.confirmations)
         self.review = ReviewFlow(self, self._command)  # the focus view's Diff tab, commit and merge, checkpoints
+        self.new_sessions = NewSessionFlow(self, lambda: self.commands)
         self.guard = StopGuard(self)  # asks before the engine stops mid-request and before quitting
         self.generating = 0
         self._build_toolbar()
@@ -426,17 +428,8 @@ class MainWindow(QMainWindow):
 
     # ----- dialogs (opened with open(), never exec()) -----
     def open_new_session(self, repo_path: str = "") -> None:
-        from workstation.ui.dialogs.new_session import NewSessionDialog
-
-        commands = self.commands
-        if commands is None:
-            self.show_error("sessions can be created once the engine is ready")
-            return
-        dialog = NewSessionDialog(self, commands, repo_path=repo_path)
-        dialog.submitted.connect(lambda req: self.tasks.spawn(commands.create_sessions(req), "create-sessions"))
-        dialog.finished.connect(dialog.deleteLater)
-        self.new_session_dialog = dialog
-        dialog.open()
+        """The form, also while the engine starts (``new_session_flow.py``)."""
+        self.new_session_dialog = self.new_sessions.open(repo_path)
 
     def open_settings(self, section: str = "") -> None:
         from workstation.ui.dialogs.settings_dialog import SettingsDialog

@@ -95,7 +95,10 @@ def validate_mcp_config(path_text: str) -> str:
 
 class NewSessionDialog(QDialog):
     submitted = Signal(object)
-    """A :class:`NewSessionRequest`."""
+    """A :class:`NewSessionRequest`; the form stays open until :meth:`accept` (created) or
+    :meth:`show_problem` (refused: everything typed stays)."""
+    cancel_requested = Signal()
+    """Cancel while the sessions are being made: stop making them."""
 
     def __init__(self, parent: QWidget | None, commands: SessionCommands | None = None, *,
                  repo_path: str = "") -> None:
@@ -168,7 +171,10 @@ class NewSessionDialog(QDialog):
         form.addRow("Copies", self.copies)
 
         self.endpoint = QComboBox()
-        self.endpoint.addItems(endpoints or ["default"])
+        for name in endpoints:
+            self.endpoint.addItem(name, name)
+        if not endpoints:  # the engine still starts: the session goes to whichever it is
+            self.endpoint.addItem("the engine (once it is up)", "")
         form.addRow("Endpoint", self.endpoint)
 
         self.name = QLineEdit()
@@ -194,13 +200,21 @@ class NewSessionDialog(QDialog):
         self.mcp_error = self._error_label()
         form.addRow("", self.mcp_error)
 
+        self.note = QLabel("")
+        self.note.setWordWrap(True)
+        self.note.hide()
+        self.problem = self._error_label()
+        self.problem.setWordWrap(True)
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.create_button = self.buttons.addButton("Create", QDialogButtonBox.ButtonRole.AcceptRole)
         self.create_button.setDefault(True)
         self.buttons.accepted.connect(self._submit)
-        self.buttons.rejected.connect(self.reject)
+        self.buttons.rejected.connect(self._cancel)
+        self.busy = False
         layout = QVBoxLayout(self)
         layout.addLayout(form)
+        layout.addWidget(self.note)
+        layout.addWidget(self.problem)
         layout.addWidget(self.buttons)
 
         self._touched: set[str] = set()
@@ -236,7 +250,7 @@ class NewSessionDialog(QDialog):
         mcp_problem = validate_mcp_config(self.mcp_config.text())
         self._show(self.mcp_error, mcp_problem, True)
         ok = not (repo_problem or branch_problem or task_problem or mcp_problem)
-        self.create_button.setEnabled(ok)
+        self.create_button.setEnabled(ok and not self.busy)
         return ok
 
     def _browse(self) -> None:
@@ -255,7 +269,7 @@ class NewSessionDialog(QDialog):
             mode="plan" if self.plan.isChecked() else "act",
             auto_approve=self.auto_approve.currentData(),
             copies=self.copies.value(),
-            endpoint_name=self.endpoint.currentText(),
+            endpoint_name=self.endpoint.currentData() or "",
             name=self.name.text().strip(),
             adapter=self.adapter.currentData() or "",
             images=self.images.paths(),
@@ -268,9 +282,32 @@ class NewSessionDialog(QDialog):
         dialog.fileSelected.connect(self.mcp_config.setText)
         dialog.open()
 
+    def set_note(self, text: str) -> None:
+        self.note.setText(text)
+        self.note.setVisible(bool(text))
+
+    def set_busy(self, text: str) -> None:
+        """Creating: the Create button says what happens, Cancel stops it."""
+        self.busy = True
+        self.problem.hide()
+        self.create_button.setText(text)
+        self.create_button.setEnabled(False)
+
+    def show_problem(self, text: str) -> None:
+        """Creating failed or was cancelled: say why; every field keeps what was typed."""
+        self.busy = False
+        self.create_button.setText("Create")
+        self._show(self.problem, text, True)
+        self.validate()
+
+    def _cancel(self) -> None:
+        if self.busy:
+            self.cancel_requested.emit()
+        else:
+            self.reject()
+
     def _submit(self) -> None:
         self._touched.update({"repo", "task"})
-        if not self.validate():
+        if self.busy or not self.validate():
             return
         self.submitted.emit(self.request())
-        self.accept()
