@@ -11,7 +11,9 @@ shared ``httpx`` client, the fleet's events and the bridge into the real
 the flush tick). Loop lag is how late a 20 ms asyncio sleep wakes up; ``loop_lag_own_p99_ms`` bounds the
 part the GUI thread itself was busy (CPU time in the late interval), so lag from other
 processes on a shared machine can be told apart. CPU % is the
-app process only (the source has its own). Saves a final screen grab.
+app process only (the source has its own); ``gui_thread_cpu_percent`` the GUI thread alone
+(the stream worker's thread reads the sockets beside it); ``app_cpu_us_per_token`` the whole
+app process's CPU per token that reached a pane. Saves a final screen grab.
 
     python benchmarks/ui_ingest.py --sessions 32 --rate 12000 --seconds 60
 
@@ -199,9 +201,20 @@ async def _bench(args: argparse.Namespace, window, port: int) -> dict:
     load0 = os.getloadavg()[0]
     tokens0 = sum(d.tokens_flushed for d in docs)
     cpu0 = proc.cpu_times()
+    gui0 = time.thread_time()  # this coroutine runs on the GUI thread, as the window's loop does
+    profiler = None
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     t0 = time.monotonic()
     await asyncio.sleep(args.seconds)
     elapsed = time.monotonic() - t0
+    gui_s = time.thread_time() - gui0
+    if profiler is not None:
+        profiler.disable()
+        profiler.dump_stats(args.profile)
     cpu1 = proc.cpu_times()
     tokens1 = sum(d.tokens_flushed for d in docs)
     stop.set()
@@ -212,6 +225,7 @@ async def _bench(args: argparse.Namespace, window, port: int) -> dict:
     frame.save(str(grab_path))
     await sessions.aclose()
     cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
+    tokens = max(1, tokens1 - tokens0)
     return {
         "sessions": args.sessions,
         "seconds": round(elapsed, 1),
@@ -223,6 +237,10 @@ async def _bench(args: argparse.Namespace, window, port: int) -> dict:
         "loop_lag_own_p99_ms": round(_percentile(own, 99) * 1000, 2),
         "load_avg_1m": round(max(load0, os.getloadavg()[0]), 2),
         "cpu_percent": round(100.0 * cpu_s / elapsed, 1),
+        "gui_thread_cpu_percent": round(100.0 * gui_s / elapsed, 1),
+        "app_cpu_us_per_token": round(1e6 * cpu_s / tokens, 2),
+        "gui_thread_cpu_us_per_token": round(1e6 * gui_s / tokens, 2),
+        "stream_batch_ms": window.settings.engine.stream_batch_ms,
         "rss_mb": round(proc.memory_info().rss / 1e6, 1),
         "flush_hz": window.settings.ui.flush_hz,
         "grab": str(grab_path),
@@ -252,6 +270,8 @@ def run(args: argparse.Namespace) -> dict:
         settings = load_settings()
         if args.flush_hz:
             settings.ui.flush_hz = args.flush_hz
+        if args.stream_batch_ms is not None:
+            settings.engine.stream_batch_ms = args.stream_batch_ms
         install_qt_logging()
         app = QApplication.instance() or QApplication(sys.argv[:1])
         apply_theme(app, args.theme)
@@ -276,6 +296,11 @@ def run(args: argparse.Namespace) -> dict:
             stats = json.loads(text[6:])
             result["source_sent"] = stats["sent"]
             result["source_cpu_s"] = stats.get("cpu_s")
+            result["source_skipped_ticks"] = stats.get("skipped_ticks")
+            total_s = args.warmup + args.seconds
+            if stats.get("cpu_s") is not None:
+                # the source is another process; on a 2-core machine it takes a core of its own
+                result["source_cpu_percent"] = round(100.0 * stats["cpu_s"] / total_s, 1)
     return result
 
 
@@ -286,9 +311,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--flush-hz", type=float, default=None, help="override settings.ui.flush_hz")
+    parser.add_argument("--stream-batch-ms", type=float, default=None,
+                        help="override settings.engine.stream_batch_ms (0: streams read on the GUI loop)")
     parser.add_argument("--source-hz", type=float, default=None,
                         help="source steps per second (default: one token per stream per step, at most 1000)")
     parser.add_argument("--theme", choices=("light", "dark"), default="dark")
+    parser.add_argument("--profile", help="write a cProfile of the GUI thread over the window to this file")
     parser.add_argument("--grab", default=None, help="final screen grab (PNG)")
     parser.add_argument("--serve", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--deadline-s", type=float, default=120.0, help=argparse.SUPPRESS)
@@ -300,10 +328,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.grab is None:
         args.grab = str(ROOT / "docs" / "screenshots" / f"ui-ingest-{args.sessions}.png")
     result = run(args)
-    print(f"{'sessions':>10} {'offered':>9} {'achieved':>9} {'lag p50':>8} {'lag p99':>8} {'cpu %':>6} {'rss MB':>7}")
+    print(f"{'sessions':>10} {'offered':>9} {'achieved':>9} {'lag p50':>8} {'lag p99':>8} {'cpu %':>6} "
+          f"{'gui %':>6} {'us/tok':>7} {'rss MB':>7}")
     print(f"{result['sessions']:>10} {result['offered_tok_s']:>9.0f} {result['achieved_tok_s']:>9.0f} "
           f"{result['loop_lag_p50_ms']:>8.2f} {result['loop_lag_p99_ms']:>8.2f} {result['cpu_percent']:>6.1f} "
-          f"{result['rss_mb']:>7.1f}")
+          f"{result['gui_thread_cpu_percent']:>6.1f} {result['app_cpu_us_per_token']:>7.2f} {result['rss_mb']:>7.1f}")
     print(json.dumps(result))
     return 0
 

@@ -60,6 +60,10 @@ class EngineSettings(BaseSettings):
     """Seconds between SIGTERM and SIGKILL when stopping the engine."""
     kv_cache_gib: float | None = None
     """KV cache size for the CPU engine; None sizes it from free memory."""
+    stream_batch_ms: float = 20.0
+    """How often the stream worker hands what the engine streamed to the app, in coalesced
+    batches per session (ms). 0 reads every stream on the app's loop instead (one wake-up per
+    token; fine for a few sessions, a core's worth at DGX rates)."""
     tool_call_parser: str | None = None
     """vLLM's tool-call parser; None picks one from the model family (hermes for the
     built-in models), ``none`` turns native tool calls off."""

@@ -11,13 +11,14 @@ verb and the benchmarks — so a setting (the sandbox!) is honoured everywhere o
         ...
 
 :meth:`Services.aclose` shuts down what it built in stages — stop accepting work (fleets end
-their agents) → meters → the engine → the HTTP client — and logs every stage that fails
+their agents) → meters → the engine → the stream worker → the HTTP client — and logs every stage that fails
 instead of hiding it. Whatever follows the live engine is wired here: after a restart or a
 safe switch the fleet's router and the meters' scraper and engine pid use the new engine.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterator, Sequence
@@ -34,6 +35,7 @@ from workstation.core.errors import UserError
 from workstation.engine.chat_client import ChatClient
 from workstation.engine.host import EngineHost, Launchers
 from workstation.engine.http import make_http_client
+from workstation.engine.stream_worker import StreamWorker
 from workstation.fleet import Fleet, real_agent_factory
 from workstation.fleet.agent_bridge import AgentFactory
 from workstation.fleet.bootstrap import BootstrapOptions
@@ -59,6 +61,7 @@ class Services:
         self._fleets: list[Fleet] = []
         self._meters: list[Meters] = []
         self._followers: list[EndpointFollower] = []
+        self._streams: StreamWorker | None = None
         if engine is not None:
             self._follow_engine(engine)
 
@@ -77,12 +80,23 @@ class Services:
             self._http = make_http_client()
         return self._http
 
+    @property
+    def streams(self) -> StreamWorker | None:
+        """The one thread that reads every chat stream (``engine.stream_batch_ms``; None when
+        that is 0: streams are then read over the shared client on the loop)."""
+        batch_ms = self.settings.engine.stream_batch_ms
+        if batch_ms <= 0:
+            return None
+        if self._streams is None:
+            self._streams = StreamWorker(batch_s=batch_ms / 1000.0)
+        return self._streams
+
     def chat_client(self, endpoint: Endpoint | None = None, *, model: str | None = None) -> ChatClient:
         """A chat client on ``endpoint`` (default: the live engine's) over the shared client;
         ``model``: another model the engine serves (a LoRA adapter)."""
         if endpoint is None:
             endpoint = self._require_engine().get()
-        return ChatClient(self.http, endpoint, model=model)
+        return ChatClient(self.http, endpoint, model=model, streams=self.streams)
 
     # ----- the engine -----
     def launchers(self, *, model: str | None = None) -> Launchers:
@@ -143,6 +157,7 @@ class Services:
 
     def agent_factory(self, **kwargs: Any) -> real_agent_factory:
         """Agents over the shared client whose commands run under ``settings.sandbox``."""
+        kwargs.setdefault("streams", self.streams)
         return real_agent_factory.from_settings(self.http, self.settings, **kwargs)
 
     def fleet(self, *, endpoints: Sequence[Endpoint] | None = None, data_dir: Path | None = None,
@@ -215,6 +230,10 @@ class Services:
         if self._engine is not None and self._engine.managed:
             with shutdown_stage("stopping the engine"):
                 await self._engine.stop()
+        if self._streams is not None:
+            with shutdown_stage("stopping the stream worker"):
+                await asyncio.to_thread(self._streams.close)
+            self._streams = None
         if self._http is not None and self._owns_http:
             with shutdown_stage("closing the HTTP client"):
                 await self._http.aclose()

@@ -62,7 +62,7 @@ TARGET_MARKERS = {
 PLATFORM_TAGS = [f"manylinux_2_{n}_x86_64" for n in range(39, 16, -1)] + ["manylinux2014_x86_64",
                                                                         "manylinux1_x86_64", "linux_x86_64"]
 # What the app itself needs on the machine (the harness runs headless: no Qt, no video).
-APP_REQUIREMENTS = ("httpx>=0.28", "httpx-sse>=0.4", "orjson>=3.10", "pydantic>=2.7", "pydantic-settings>=2.3",
+APP_REQUIREMENTS = ("httpx>=0.28", "httptools>=0.6", "orjson>=3.10", "pydantic>=2.7", "pydantic-settings>=2.3",
                     "platformdirs>=4.2", "psygnal>=0.11", "psutil>=5.9", "prometheus-client>=0.20",
                     "nvidia-ml-py>=12.535", "GitPython>=3.1.43", "pathspec>=0.12", "gguf")
 SLIM_DROP = (

@@ -49,14 +49,16 @@ async def stream_turn(
     try:
         async for delta in client.stream_chat(messages, max_tokens=max_tokens, temperature=temperature,
                                               **request_fields(protocol, tools)):
+            # a delta may hold several tokens (streams arrive coalesced): one event each
             if delta.content:
                 parts.append(delta.content)
-                emit(ev.TextStreamed(session_id, turn, delta.content))
+                emit(ev.TextStreamed(session_id, turn, delta.content, delta.events or 1))
             if delta.reasoning:
-                emit(ev.ReasoningStreamed(session_id, turn, delta.reasoning))
+                emit(ev.ReasoningStreamed(session_id, turn, delta.reasoning,
+                                          0 if delta.content else (delta.events or 1)))
             if delta.tool_calls:
-                for index, name, piece in acc.add(delta.tool_calls):
-                    emit(ev.ToolCallStreamed(session_id, turn, index, name, piece))
+                for index, name, piece, tokens in _joined(acc.add(delta.tool_calls)):
+                    emit(ev.ToolCallStreamed(session_id, turn, index, name, piece, tokens))
             if delta.finish_reason:
                 finish = delta.finish_reason
             if delta.usage is not None:
@@ -67,6 +69,18 @@ async def stream_turn(
     content = "".join(parts)
     reply = text_reply(content) if protocol is ToolProtocol.TEXT else native_reply(content, acc.finish())
     return TurnResult(reply, content, finish, usage)
+
+
+def _joined(pieces: list[tuple[int, str, str]]) -> list[tuple[int, str, str, int]]:
+    """Consecutive pieces of one call as one (index, name, text, pieces joined)."""
+    out: list[tuple[int, str, str, int]] = []
+    for index, name, piece in pieces:
+        if out and out[-1][0] == index:
+            i, n, text, count = out[-1]
+            out[-1] = (i, name or n, text + piece, count + 1)
+        else:
+            out.append((index, name, piece, 1))
+    return out
 
 
 async def summarize(

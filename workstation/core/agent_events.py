@@ -137,6 +137,8 @@ class TextStreamed:
     session_id: str
     turn: int
     text: str
+    tokens: int = 1
+    """Tokens in ``text``: streams arrive coalesced, several tokens per event."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +146,7 @@ class ReasoningStreamed:
     session_id: str
     turn: int
     text: str
+    tokens: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,6 +158,7 @@ class ToolCallStreamed:
     index: int
     name: str
     arguments_delta: str
+    tokens: int = 1
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,16 @@
-"""Streaming chat completions over the shared ``httpx`` client (``httpx-sse`` + ``orjson``).
+"""Streaming chat completions against an OpenAI-compatible endpoint — the hot path.
 
-This is the hot path: one SSE event per token from vLLM. It does as little as it
-can per chunk (measured: the ``openai`` SDK costs ~15x the CPU per chunk), and
-hands raw tool-call deltas upward; the agent accumulates them.
+One SSE event per token from vLLM. The bytes go through one decoder
+(:mod:`workstation.engine.sse`: raw bytes split into events, ``orjson`` on each payload, only
+the fields the app uses) from one of two byte sources:
+
+- the shared ``httpx`` client (tests' mock transports, a single stream, tools that stream
+  little), one delta per event;
+- a :class:`~workstation.engine.stream_worker.StreamWorker` (the window, fleets): the sockets
+  are read on the worker's thread and what arrived is handed over in coalesced batches, so
+  the caller's loop wakes once per batch instead of once per token.
+
+Raw tool-call deltas go upward; the agent accumulates them.
 """
 
 from __future__ import annotations
@@ -11,16 +19,25 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 import orjson
-from httpx_sse import aconnect_sse
 
 from workstation.core.endpoints import Endpoint
-from workstation.core.errors import UserError
 from workstation.core.requests import RequestRecord
+from workstation.engine.sse import (
+    DONE,
+    ChatDelta,
+    EngineHTTPError,
+    EngineUnreachable,
+    SseDecoder,
+    Usage,
+    reduce_payload,
+)
+from workstation.engine.stream_worker import StreamWorker
+
+__all__ = ["ChatClient", "ChatDelta", "EngineHTTPError", "EngineUnreachable", "Usage", "parse_chunk"]
 
 DRAIN_TIMEOUT_S = 1.0
 """How long to read on after ``[DONE]`` for the end of the response (keeps the connection)."""
@@ -28,76 +45,12 @@ DRAIN_TIMEOUT_S = 1.0
 RequestObserver = Callable[[RequestRecord], None]
 
 
-@dataclass(frozen=True, slots=True)
-class Usage:
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-
-@dataclass(slots=True)
-class ChatDelta:
-    """One streamed chunk, reduced to what the app uses."""
-
-    content: str = ""
-    reasoning: str = ""
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    finish_reason: str | None = None
-    usage: Usage | None = None
-    index: int = 0
-    """Which choice the piece belongs to (a request for ``n`` > 1 streams them interleaved)."""
-
-
-class EngineHTTPError(UserError):
-    """The endpoint answered with an error status or a malformed stream."""
-
-    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False):
-        super().__init__(message)
-        self.status = status
-        self.retryable = retryable
-
-
-class EngineUnreachable(UserError):
-    """Nothing answers at the endpoint (engine stopped, crashed or hung)."""
-
-
-def _usage(raw: dict[str, Any] | None) -> Usage | None:
-    if not raw:
-        return None
-    details = raw.get("prompt_tokens_details") or {}
-    return Usage(
-        prompt_tokens=int(raw.get("prompt_tokens") or 0),
-        completion_tokens=int(raw.get("completion_tokens") or 0),
-        cached_tokens=int(details.get("cached_tokens") or 0),
-    )
-
-
-def parse_chunk(data: str) -> ChatDelta:
+def parse_chunk(data: str | bytes) -> ChatDelta:
     """Parse one SSE ``data:`` payload of a chat-completion stream."""
-    try:
-        obj = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise EngineHTTPError(f"malformed stream chunk from the engine: {data[:120]!r}") from exc
-    if not isinstance(obj, dict):
-        raise EngineHTTPError(f"unexpected stream chunk from the engine: {data[:120]!r}")
-    if "error" in obj:
-        err = obj["error"]
-        msg = err.get("message") if isinstance(err, dict) else str(err)
-        raise EngineHTTPError(f"engine error in stream: {msg}")
-    delta = ChatDelta(usage=_usage(obj.get("usage")))
-    choices = obj.get("choices") or ()
-    if choices:
-        choice = choices[0]
-        d = choice.get("delta") or {}
-        delta.content = d.get("content") or ""
-        delta.reasoning = d.get("reasoning_content") or d.get("reasoning") or ""
-        delta.tool_calls = d.get("tool_calls") or []
-        delta.finish_reason = choice.get("finish_reason")
-        delta.index = choice.get("index") or 0
+    delta = reduce_payload(data)
+    if delta is DONE:
+        return ChatDelta(events=0)
+    assert isinstance(delta, ChatDelta)
     return delta
 
 
@@ -117,14 +70,17 @@ class ChatClient:
         observers: Sequence[RequestObserver] = (),
         session_id: str | None = None,
         model: str | None = None,
+        streams: StreamWorker | None = None,
     ) -> None:
         """``model``: the name requests ask for instead of the endpoint's model (a LoRA
-        adapter the engine serves)."""
+        adapter the engine serves). ``streams``: read the chat streams on this worker's thread
+        (batched hand-off); None reads them through ``http`` on the caller's loop."""
         self._http = http
         self.endpoint = endpoint
         self.observers: list[RequestObserver] = list(observers)
         self.session_id = session_id
         self.model = model
+        self.streams = streams
 
     @property
     def model_name(self) -> str:
@@ -166,6 +122,11 @@ class ChatClient:
         if extra:
             body.update(extra)
         url = endpoint.v1 + "/chat/completions"
+        headers = {**self._headers(endpoint), "Content-Type": "application/json"}
+        if self.streams is not None:
+            async for delta in self._via_worker(endpoint, model, url, orjson.dumps(body), headers):
+                yield delta
+            return
         started = time.monotonic()
         last = started
         first: float | None = None
@@ -173,11 +134,7 @@ class ChatClient:
         usage: Usage | None = None
         error: str | None = None
         try:
-            async with aconnect_sse(
-                self._http, "POST", url, content=orjson.dumps(body),
-                headers={**self._headers(endpoint), "Content-Type": "application/json"},
-            ) as source:
-                response = source.response
+            async with self._http.stream("POST", url, content=orjson.dumps(body), headers=headers) as response:
                 if response.status_code != 200:
                     await response.aread()
                     raise _status_error(response)
@@ -187,28 +144,31 @@ class ChatClient:
                         f"engine did not stream (content-type {ctype or 'missing'})",
                         status=response.status_code,
                     )
-                events = source.aiter_sse()
-                async for event in events:
-                    data = event.data
-                    if data == "[DONE]":
-                        # Read the response to its end so the connection goes back to the
-                        # pool; left unread, httpx closes it and the next turn connects anew.
-                        with contextlib.suppress(TimeoutError, httpx.HTTPError):
-                            async with asyncio.timeout(DRAIN_TIMEOUT_S):
-                                async for _ in events:
-                                    pass
-                        return
-                    if not data:
+                decoder = SseDecoder()
+                chunks = response.aiter_raw()
+                async for chunk in chunks:
+                    payloads = decoder.feed(chunk)
+                    if not payloads:
                         continue
                     now = time.monotonic()
                     max_gap = max(max_gap, now - last)
                     last = now
-                    delta = parse_chunk(data)
-                    if first is None and (delta.content or delta.tool_calls or delta.reasoning):
-                        first = now - started
-                    if delta.usage is not None:
-                        usage = delta.usage
-                    yield delta
+                    for payload in payloads:
+                        delta = reduce_payload(payload)
+                        if delta is DONE:
+                            # Read the response to its end so the connection goes back to the
+                            # pool; left unread, httpx closes it and the next turn connects anew.
+                            with contextlib.suppress(TimeoutError, httpx.HTTPError):
+                                async with asyncio.timeout(DRAIN_TIMEOUT_S):
+                                    async for _ in chunks:
+                                        pass
+                            return
+                        assert isinstance(delta, ChatDelta)
+                        if first is None and (delta.content or delta.tool_calls or delta.reasoning):
+                            first = now - started
+                        if delta.usage is not None:
+                            usage = delta.usage
+                        yield delta
         except httpx.ConnectError as exc:
             error = f"cannot reach the engine at {endpoint.base_url}: {exc}"
             raise EngineUnreachable(error) from exc
@@ -227,6 +187,24 @@ class ChatClient:
         finally:
             if self.observers:
                 self._report(endpoint, model, started, first, max_gap, usage, error)
+
+    async def _via_worker(self, endpoint: Endpoint, model: str, url: str, body: bytes,
+                          headers: dict[str, str]) -> AsyncIterator[ChatDelta]:
+        assert self.streams is not None
+        started = time.monotonic()
+        handle = self.streams.open(url, body, headers)
+        error: str | None = None
+        try:
+            async for delta in handle.deltas():
+                yield delta
+        except BaseException as exc:
+            error = str(exc) if isinstance(exc, (EngineHTTPError, EngineUnreachable)) else type(exc).__name__
+            raise
+        finally:
+            if self.observers:
+                result = handle.result
+                self._report(endpoint, model, started, result.first_s if result else None,
+                             result.max_gap_s if result else 0.0, result.usage if result else None, error)
 
     def _report(
         self, endpoint: Endpoint, model: str, started: float, first: float | None, max_gap: float,

@@ -103,8 +103,11 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
     """
 
     def __init__(self, http: httpx.AsyncClient, *, context_window_tokens: int | None = None,
-                 overrides: dict[str, Any] | None = None, prime: bool = True) -> None:
+                 overrides: dict[str, Any] | None = None, prime: bool = True, streams: Any = None) -> None:
+        """``streams``: a :class:`~workstation.engine.stream_worker.StreamWorker` that reads the
+        agents' chat streams off the loop (None: over ``http`` on the loop)."""
         self.http = http
+        self.streams = streams
         self.context_window_tokens = context_window_tokens
         self.overrides = dict(overrides or {})
         self.prime = prime
@@ -159,7 +162,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         task = self._primed.get(key)
         if task is None:
             protocol, _ = choose_protocol(config, endpoint)
-            client = ChatClient(self.http, endpoint, model=adapter)
+            client = ChatClient(self.http, endpoint, model=adapter, streams=self.streams)
 
             async def prime() -> None:
                 await prime_prefix_cache(client, protocol)
@@ -223,7 +226,8 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
                 commands_run=list(meta.get("commands_run") or ()),
             )
         agent = Agent(
-            setup.session_id, setup.root, setup.task, ChatClient(self.http, setup.endpoint, model=spec.adapter),
+            setup.session_id, setup.root, setup.task,
+            ChatClient(self.http, setup.endpoint, model=spec.adapter, streams=self.streams),
             config,
             on_event=setup.on_event, approver=setup.approver,
             generation_slot=setup.generation_slot, snapshot=snapshot,

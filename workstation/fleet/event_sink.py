@@ -49,7 +49,7 @@ class SessionEventSink:
         if isinstance(event, ev.ToolCallStarted):
             store.commit_now()
         elif isinstance(event, _STREAMED):
-            self._stats.streamed(session_id)
+            self._stats.streamed(session_id, event.tokens)
         elif isinstance(event, ev.UsageReported):
             rec.prompt_tokens += event.prompt_tokens
             rec.completion_tokens += event.completion_tokens

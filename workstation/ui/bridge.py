@@ -296,7 +296,7 @@ class FleetBridge(QObject):
                 return
             doc = self._docs.get(item.session_id)
             if doc is not None:
-                doc.stream(event.text)
+                doc.stream(event.text, event.tokens)
             self._last_seq[item.session_id] = item.seq
             return
         if item.session_id in self._loading:
@@ -313,9 +313,9 @@ class FleetBridge(QObject):
         if doc is None:
             return
         if isinstance(event, ev.TextStreamed):
-            doc.stream(event.text)
+            doc.stream(event.text, event.tokens)
         elif isinstance(event, ev.ReasoningStreamed):
-            doc.stream(event.text, reasoning=True)
+            doc.stream(event.text, event.tokens, reasoning=True)
         elif isinstance(event, ev.TurnFinished):
             doc.end_stream()
             if event.finish_reason == "length":

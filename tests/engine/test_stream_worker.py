@@ -1,0 +1,171 @@
+"""Chat streams read on the stream worker's thread, against a real local server.
+
+Both byte sources must behave alike: every test runs through ``ChatClient`` with the worker
+and with the plain ``httpx`` client, and the faults come from the scripted server."""
+
+import asyncio
+import contextlib
+import threading
+
+import pytest
+
+from tests.helpers.scripted_server import Fault, Reply, ScriptedServer, ToolCall
+from workstation.engine.chat_client import ChatClient, EngineHTTPError, EngineUnreachable
+from workstation.engine.http import make_http_client
+from workstation.engine.stream_worker import StreamWorker
+from workstation.agent.toolcalls import ToolCallAccumulator
+
+MESSAGES = [{"role": "user", "content": "go"}]
+
+
+@pytest.fixture(params=["worker", "httpx"])
+def client_for(request):
+    """``async with client_for() as make: make(endpoint, ...)`` — a ChatClient on either path
+    (made on the test's own loop)."""
+
+    @contextlib.asynccontextmanager
+    async def opened():
+        worker = StreamWorker(batch_s=0.01, read_timeout_s=1.5) if request.param == "worker" else None
+        try:
+            async with make_http_client(read_timeout_s=1.5) as http:
+                yield lambda endpoint, **kw: ChatClient(http, endpoint, streams=worker, **kw)
+        finally:
+            if worker is not None:
+                worker.close()
+
+    return opened
+
+
+async def _collect(client):
+    text, calls, finish, usage, events = [], [], None, None, 0
+    async for d in client.stream_chat(MESSAGES, max_tokens=64):
+        text.append(d.content)
+        calls += d.tool_calls
+        finish = d.finish_reason or finish
+        usage = d.usage or usage
+        events += d.events
+    return "".join(text), calls, finish, usage, events
+
+
+async def test_text_tool_calls_finish_and_usage_arrive_whole_and_in_order(client_for):
+    reply = Reply(text="Reading the test first. " * 20, tool_calls=[ToolCall("read_file", {"path": "a.py"})],
+                  chunk_chars=3)
+    records = []
+    async with client_for() as make, ScriptedServer([reply]) as server:
+        text, calls, finish, usage, events = await _collect(make(server.endpoint, observers=[records.append]))
+    assert text == reply.text
+    acc = ToolCallAccumulator()
+    acc.add(calls)
+    assert [(c.name, c.arguments) for c in acc.finish()] == [("read_file", '{"path":"a.py"}')]
+    assert finish == "tool_calls" and usage is not None and usage.completion_tokens > 0
+    assert events >= len(reply.text) // 3
+    assert len(records) == 1 and records[0].ok and records[0].ttft_s is not None
+
+
+@pytest.mark.parametrize("fault, error, words", [
+    (Fault.http(500, "scripted engine crash"), EngineHTTPError, "HTTP 500: scripted engine crash"),
+    (Fault.http(429, "too many"), EngineHTTPError, "HTTP 429"),
+    (Fault.wrong_content_type(), EngineHTTPError, "did not stream"),
+    (Fault.truncated_json(after_chunks=2), EngineHTTPError, "malformed stream chunk"),
+    (Fault.disconnect(after_chunks=2), EngineUnreachable, "closed the stream"),
+    (Fault.stall(seconds=5.0, after_chunks=2), EngineUnreachable, "read timeout"),
+])
+async def test_faults_are_the_same_typed_errors_on_both_paths(client_for, fault, error, words):
+    records = []
+    async with client_for() as make, ScriptedServer([fault]) as server:
+        with pytest.raises(error, match=words) as raised:
+            await _collect(make(server.endpoint, observers=[records.append]))
+    if isinstance(raised.value, EngineHTTPError) and "HTTP" in words:
+        assert raised.value.retryable == (fault.status in (429, 500))
+    assert len(records) == 1 and not records[0].ok
+
+
+async def test_nothing_listening_is_unreachable(client_for):
+    from workstation.core.endpoints import Endpoint
+
+    async with client_for() as make:
+        with pytest.raises(EngineUnreachable, match="cannot reach"):
+            await _collect(make(Endpoint(base_url="http://127.0.0.1:9", api_key="", model="m")))
+
+
+async def test_connections_are_kept_alive_and_reused():
+    worker = StreamWorker(batch_s=0.01)
+    try:
+        async with make_http_client() as http, ScriptedServer([Reply(text="one"), Reply(text="two"),
+                                                                Reply(text="three")]) as server:
+            client = ChatClient(http, server.endpoint, streams=worker)
+            texts = [(await _collect(client))[0] for _ in range(3)]
+            assert texts == ["one", "two", "three"]
+            assert server.connections == 1
+    finally:
+        worker.close()
+
+
+async def test_closing_the_consumer_aborts_the_stream_on_the_server():
+    worker = StreamWorker(batch_s=0.01)
+    try:
+        async with make_http_client() as http, ScriptedServer([Reply(text="x" * 4000, chunk_chars=1, delay_s=0.002),
+                                                                Reply(text="next")]) as server:
+            client = ChatClient(http, server.endpoint, streams=worker)
+            got = 0
+            async for d in client.stream_chat(MESSAGES):
+                got += len(d.content)
+                if got > 50:
+                    break
+            for _ in range(100):
+                if worker.streams_open == 0:
+                    break
+                await asyncio.sleep(0.02)
+            assert worker.streams_open == 0
+            assert (await _collect(client))[0] == "next"  # the worker goes on serving
+            assert server.connections == 2  # the aborted connection was not reused
+    finally:
+        worker.close()
+
+
+async def test_a_slow_consumer_pauses_its_socket_and_loses_nothing(monkeypatch):
+    from workstation.engine import stream_worker
+
+    monkeypatch.setattr(stream_worker, "MAX_PENDING_BATCHES", 4)
+    worker = StreamWorker(batch_s=0.002)
+    paused = []
+    original = stream_worker._Connection.pause
+
+    def pause(self):  # type: ignore[no-untyped-def]
+        paused.append(threading.current_thread().name)
+        original(self)
+
+    monkeypatch.setattr(stream_worker._Connection, "pause", pause)
+    text = "".join(f"{i:05d}" for i in range(3000))
+    try:
+        async with make_http_client() as http, ScriptedServer([Reply(text=text, chunk_chars=5, delay_s=0.0005)]) as server:
+            got = []
+            async for d in ChatClient(http, server.endpoint, streams=worker).stream_chat(MESSAGES):
+                got.append(d.content)
+                await asyncio.sleep(0.02)  # a consumer far slower than the stream
+            assert "".join(got) == text
+            assert paused and all(name == "ws-streams" for name in paused)
+    finally:
+        worker.close()
+
+
+async def test_hand_off_is_batched_the_caller_wakes_per_batch_not_per_token():
+    worker = StreamWorker(batch_s=0.05)
+    try:
+        async with make_http_client() as http, ScriptedServer([Reply(text="t" * 2000, chunk_chars=1,
+                                                                     delay_s=0.0002)]) as server:
+            deltas = events = 0
+            async for d in ChatClient(http, server.endpoint, streams=worker).stream_chat(MESSAGES):
+                deltas += 1
+                events += d.events
+            assert events >= 2000 and deltas < events / 10
+    finally:
+        worker.close()
+
+
+async def test_the_worker_refuses_after_close_and_close_twice_is_harmless():
+    worker = StreamWorker()
+    worker.close()
+    worker.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        worker.open("http://127.0.0.1:9/v1/chat/completions", b"{}", {})

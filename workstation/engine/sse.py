@@ -1,0 +1,210 @@
+"""Server-sent events over raw bytes, reduced to chat deltas and coalesced — the hot path.
+
+vLLM sends one SSE event per token (``data: {json}\\n\\n``). At DGX rates (eight H200s serve on
+the order of 100,000 tok/s) any per-event object churn costs the app a core: ``httpx-sse``
+builds an event object and decodes a ``str`` per line before the JSON parser sees it. Here
+the body bytes are split on the blank line that ends an event, the ``data:`` payload goes to
+``orjson`` as bytes, and only the fields the app uses are kept (:class:`ChatDelta`).
+
+:class:`Coalescer` then folds the deltas that arrived since the consumer last looked into as
+few as keep the order: consecutive text pieces become one, consecutive tool-call fragments
+one list; a change of kind (text → tool call, or back) or of choice (``n`` > 1) starts a new
+delta, so an agent sees
+everything in the order the server sent it. ``events`` counts what was folded (one per token
+at vLLM's default stream interval).
+
+Pure: no I/O, no event loop; both byte sources (``httpx`` and the stream worker's sockets)
+feed the same decoder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from workstation.core.errors import UserError
+
+DONE = object()
+"""What :func:`reduce_payload` returns for ``data: [DONE]``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(slots=True)
+class ChatDelta:
+    """One streamed chunk (or several coalesced), reduced to what the app uses."""
+
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: Usage | None = None
+    events: int = 1
+    """Token-carrying SSE events folded into this delta (tokens, at vLLM's default stream
+    interval; 0 for a chunk with only a role, a finish reason or usage)."""
+    index: int = 0
+    """Which choice the piece belongs to (a request for ``n`` > 1 streams them interleaved)."""
+
+
+class EngineHTTPError(UserError):
+    """The endpoint answered with an error status or a malformed stream."""
+
+    def __init__(self, message: str, *, status: int | None = None, retryable: bool = False):
+        super().__init__(message)
+        self.status = status
+        self.retryable = retryable
+
+
+class EngineUnreachable(UserError):
+    """Nothing answers at the endpoint (engine stopped, crashed or hung)."""
+
+
+class SseDecoder:
+    """Bytes in, complete events' ``data`` payloads out (as bytes, lines joined with ``\\n``).
+
+    Accepts ``\\n`` and ``\\r\\n`` line ends, comments (``:``), other fields (ignored) and an
+    event split anywhere across feeds."""
+
+    __slots__ = ("_buffer",)
+
+    def __init__(self) -> None:
+        self._buffer = b""
+
+    def feed(self, data: bytes) -> list[bytes]:
+        buffer = self._buffer + data if self._buffer else data
+        held = b""
+        if b"\r" in buffer:
+            if buffer.endswith(b"\r"):  # perhaps a \r\n cut in half: hold the \r for the next feed
+                buffer, held = buffer[:-1], b"\r"
+            buffer = buffer.replace(b"\r\n", b"\n")
+        out: list[bytes] = []
+        start = 0
+        while True:
+            end = buffer.find(b"\n\n", start)
+            if end < 0:
+                break
+            block = buffer[start:end]
+            start = end + 2
+            if block.startswith(b"data:") and b"\n" not in block:  # the common case: one data line
+                payload = block[5:]
+                out.append(payload[1:] if payload.startswith(b" ") else payload)
+                continue
+            lines = [line[5:].removeprefix(b" ") for line in block.split(b"\n") if line.startswith(b"data:")]
+            if lines:
+                out.append(b"\n".join(lines))
+        self._buffer = buffer[start:] + held
+        return out
+
+    @property
+    def pending(self) -> int:
+        """Bytes of an event not yet complete."""
+        return len(self._buffer)
+
+
+def _usage(raw: dict[str, Any] | None) -> Usage | None:
+    if not raw:
+        return None
+    details = raw.get("prompt_tokens_details") or {}
+    return Usage(
+        prompt_tokens=int(raw.get("prompt_tokens") or 0),
+        completion_tokens=int(raw.get("completion_tokens") or 0),
+        cached_tokens=int(details.get("cached_tokens") or 0),
+    )
+
+
+def reduce_payload(data: bytes | str) -> ChatDelta | object:
+    """One event's payload → a :class:`ChatDelta` (or :data:`DONE`); typed errors otherwise."""
+    if data == b"[DONE]" or data == "[DONE]":
+        return DONE
+    try:
+        obj = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise EngineHTTPError(f"malformed stream chunk from the engine: {data[:120]!r}") from exc
+    if not isinstance(obj, dict):
+        raise EngineHTTPError(f"unexpected stream chunk from the engine: {data[:120]!r}")
+    if "error" in obj:
+        err = obj["error"]
+        msg = err.get("message") if isinstance(err, dict) else str(err)
+        raise EngineHTTPError(f"engine error in stream: {msg}")
+    usage = obj.get("usage")
+    delta = ChatDelta(usage=_usage(usage) if usage else None)
+    choices = obj.get("choices")
+    if choices:
+        choice = choices[0]
+        d = choice.get("delta")
+        if d:
+            delta.content = d.get("content") or ""
+            delta.reasoning = d.get("reasoning_content") or d.get("reasoning") or ""
+            calls = d.get("tool_calls")
+            if calls:
+                delta.tool_calls = calls
+        delta.finish_reason = choice.get("finish_reason")
+        index = choice.get("index")
+        if index:
+            delta.index = index
+    if not (delta.content or delta.reasoning or delta.tool_calls):
+        delta.events = 0  # role, finish or usage only: not a token
+    return delta
+
+
+def _kind(delta: ChatDelta) -> int:
+    """0 text/reasoning, 1 tool-call fragments, 2 neither (usage, finish)."""
+    if delta.tool_calls:
+        return 1
+    if delta.content or delta.reasoning:
+        return 0
+    return 2
+
+
+class Coalescer:
+    """Folds deltas into as few as keep their order (see the module docstring)."""
+
+    __slots__ = ("_out", "events")
+
+    def __init__(self) -> None:
+        self._out: list[ChatDelta] = []
+        self.events = 0
+        """Events added since the last :meth:`take`."""
+
+    def add(self, delta: ChatDelta) -> None:
+        self.events += delta.events
+        out = self._out
+        if out:
+            last = out[-1]
+            kind = _kind(delta)
+            if delta.index == last.index and (kind == 2 or kind == _kind(last) or _kind(last) == 2):
+                if delta.content:
+                    last.content += delta.content
+                if delta.reasoning:
+                    last.reasoning += delta.reasoning
+                if delta.tool_calls:
+                    last.tool_calls.extend(delta.tool_calls)
+                if delta.finish_reason:
+                    last.finish_reason = delta.finish_reason
+                if delta.usage is not None:
+                    last.usage = delta.usage
+                last.events += delta.events
+                return
+        out.append(ChatDelta(delta.content, delta.reasoning, list(delta.tool_calls), delta.finish_reason,
+                             delta.usage, delta.events, delta.index))
+
+    def take(self) -> list[ChatDelta]:
+        out, self._out = self._out, []
+        self.events = 0
+        return out
+
+    def __bool__(self) -> bool:
+        return bool(self._out)
+
+

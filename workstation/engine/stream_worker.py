@@ -1,0 +1,509 @@
+"""Chat streams read off the caller's thread: one worker thread, many sockets, batched hand-off.
+
+Why: on the GUI thread every SSE event of every stream cost ~20 us through ``httpx`` +
+``httpx-sse`` (128 panes at 50,000 tok/s took a whole core); a DGX serves twice that. Here a
+thread with its own event loop owns the streams' sockets:
+
+- **Lean reading.** An ``asyncio.Protocol`` per connection feeds ``httptools`` (llhttp, the
+  parser uvicorn uses) and the body bytes go straight to :class:`~workstation.engine.sse.SseDecoder`
+  and ``orjson``: no per-event objects beyond the reduced delta.
+- **Batched hand-off.** What arrived is folded per stream (:class:`~workstation.engine.sse.Coalescer`,
+  order kept) and handed to each caller's loop at most every ``batch_s`` in ONE thread-safe call
+  for all the streams of that loop; the consumer wakes once per batch, not once per token.
+- **Back-pressure.** A stream whose consumer has not taken ``max_pending_batches`` stops being
+  read (the socket's window fills and the server slows that stream only) until it catches up.
+- **Cancellation.** Closing the consumer's iterator aborts the connection: vLLM sees the
+  disconnect and stops generating for it.
+- **Typed errors**, the same as the ``httpx`` path: :class:`EngineUnreachable` (connect, read
+  timeout, closed mid-stream), :class:`EngineHTTPError` (status, content type, malformed or
+  error chunks).
+
+Connections are kept alive and reused per host; a request on a reused connection that the
+server had closed meanwhile is retried once on a new one (nothing was received yet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+import httptools
+
+from workstation.engine.sse import (
+    DONE,
+    ChatDelta,
+    Coalescer,
+    EngineHTTPError,
+    EngineUnreachable,
+    SseDecoder,
+    Usage,
+    reduce_payload,
+)
+
+log = logging.getLogger(__name__)
+
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 120.0
+MAX_PENDING_BATCHES = 64
+MAX_IDLE_PER_HOST = 256
+
+
+@dataclass(slots=True)
+class StreamResult:
+    """What a finished stream reports besides its deltas (timings in the worker's clock)."""
+
+    first_s: float | None = None
+    max_gap_s: float = 0.0
+    usage: Usage | None = None
+    error: BaseException | None = None
+
+
+@dataclass(slots=True)
+class _Batch:
+    deltas: list[ChatDelta]
+    done: bool
+    result: StreamResult | None = None
+
+
+class StreamHandle:
+    """The consumer's side of one stream (lives on the caller's loop)."""
+
+    def __init__(self, worker: StreamWorker, stream: _Stream) -> None:
+        self._worker = worker
+        self._stream = stream
+        self._queue: collections.deque[_Batch] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self.result: StreamResult | None = None
+
+    # called on the caller's loop by the worker's hand-off
+    def _put(self, batch: _Batch) -> None:
+        self._queue.append(batch)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def deltas(self) -> AsyncIterator[ChatDelta]:
+        """Every delta in order; raises the stream's error at the point it happened."""
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                while not self._queue:
+                    self._waiter = loop.create_future()
+                    await self._waiter
+                    self._waiter = None
+                batch = self._queue.popleft()
+                self._stream.taken += 1
+                if self._stream.paused and self._stream.delivered - self._stream.taken < MAX_PENDING_BATCHES // 2:
+                    self._worker.call(self._stream.resume)
+                for delta in batch.deltas:
+                    yield delta
+                if batch.done:
+                    self.result = batch.result
+                    if batch.result is not None and batch.result.error is not None:
+                        raise batch.result.error
+                    return
+        finally:
+            if self.result is None:  # the consumer stopped early, or was cancelled
+                self._worker.call(self._stream.abort)
+
+
+@dataclass(eq=False)
+class _Stream:
+    """The worker's side of one stream."""
+
+    worker: StreamWorker
+    caller: asyncio.AbstractEventLoop
+    key: tuple[str, int]
+    request: bytes
+    started: float
+    handle: StreamHandle | None = None
+    conn: _Connection | None = None
+    decoder: SseDecoder = field(default_factory=SseDecoder)
+    pending: Coalescer = field(default_factory=Coalescer)
+    result: StreamResult = field(default_factory=StreamResult)
+    status: int | None = None
+    content_type: bytes = b""
+    error_body: bytearray = field(default_factory=bytearray)
+    last_s: float = 0.0
+    finished: bool = False
+    aborted: bool = False
+    paused: bool = False
+    delivered: int = 0
+    taken: int = 0
+    received_any: bool = False
+    retried: bool = False
+
+    # ----- from the connection -----
+    def on_headers(self, status: int, content_type: bytes) -> None:
+        self.status, self.content_type = status, content_type
+        self.received_any = True
+
+    def on_body(self, body: bytes) -> None:
+        now = time.monotonic()
+        if self.status != 200 or b"text/event-stream" not in self.content_type:
+            self.error_body += body[: 4096 - len(self.error_body)]
+            return
+        payloads = self.decoder.feed(body)
+        if not payloads:
+            return
+        gap = now - self.last_s
+        if gap > self.result.max_gap_s:
+            self.result.max_gap_s = gap
+        self.last_s = now
+        for payload in payloads:
+            if self.finished:
+                return
+            try:
+                delta = reduce_payload(payload)
+            except EngineHTTPError as exc:
+                self.fail(exc)
+                return
+            if delta is DONE:
+                self.finish()
+                return
+            if self.result.first_s is None and (delta.content or delta.tool_calls or delta.reasoning):
+                self.result.first_s = now - self.started
+            if delta.usage is not None:
+                self.result.usage = delta.usage
+            self.pending.add(delta)
+        self.worker.mark(self)
+        if not self.paused and self.delivered - self.taken >= MAX_PENDING_BATCHES and self.conn is not None:
+            self.paused = True
+            self.conn.pause()
+
+    def on_complete(self) -> None:
+        if self.finished:
+            return
+        if self.status != 200:
+            text = bytes(self.error_body).decode("utf-8", "replace")[:300]
+            with contextlib.suppress(ValueError):
+                import orjson
+
+                err = orjson.loads(self.error_body).get("error", {})
+                text = err.get("message", text) if isinstance(err, dict) else str(err)
+            status = self.status or 0
+            self.fail(EngineHTTPError(f"engine answered HTTP {status}: {text}", status=status,
+                                      retryable=status in (429, 500, 502, 503, 504)))
+        elif b"text/event-stream" not in self.content_type:
+            ctype = self.content_type.decode() or "missing"
+            self.fail(EngineHTTPError(f"engine did not stream (content-type {ctype})", status=self.status))
+        else:
+            self.finish()  # the body ended without [DONE]: what came is what there is
+
+    def on_lost(self, exc: BaseException | None) -> None:
+        if self.finished:
+            return
+        if not self.received_any and self.conn is not None and self.conn.reused and not self.retried:
+            self.retried = True  # the server closed an idle connection as we reused it
+            self.worker.loop.create_task(self.worker._send(self), name="stream-retry")
+            return
+        base = self.worker.endpoint_text(self.key)
+        self.fail(_unreachable(f"the engine at {base} closed the stream: {exc or 'connection closed'}"))
+
+    # ----- endings -----
+    def finish(self) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self.worker.release(self)
+        self.worker.mark(self)
+
+    def fail(self, error: BaseException) -> None:
+        if self.finished:
+            return
+        self.result.error = error
+        self.finished = True
+        if self.conn is not None:
+            self.conn.close()
+        self.worker.release(self)
+        self.worker.mark(self)
+
+    def abort(self) -> None:
+        """The consumer is gone: drop the connection (the server stops generating)."""
+        self.aborted = True
+        if not self.finished:
+            self.finished = True
+            if self.conn is not None:
+                self.conn.close()
+            self.worker.release(self)
+
+    def resume(self) -> None:
+        if self.paused and self.conn is not None:
+            self.paused = False
+            self.conn.resume()
+
+
+def _unreachable(message: str) -> BaseException:
+    return EngineUnreachable(message)
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection; at most one stream on it at a time."""
+
+    def __init__(self, worker: StreamWorker, key: tuple[str, int]) -> None:
+        self.worker, self.key = worker, key
+        self.transport: asyncio.Transport | None = None
+        self.stream: _Stream | None = None
+        self.parser: httptools.HttpResponseParser | None = None
+        self.content_type = b""
+        self.reused = False
+        self.closed = False
+
+    def start(self, stream: _Stream) -> None:
+        self.stream = stream
+        stream.conn = self
+        self.content_type = b""
+        self.parser = httptools.HttpResponseParser(self)
+        assert self.transport is not None
+        self.transport.write(stream.request)
+
+    # asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self.parser is None:
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            pass
+        except httptools.HttpParserError as exc:
+            if self.stream is not None:
+                self.stream.fail(EngineHTTPError(f"malformed HTTP response from the engine: {exc}"))
+            self.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.worker.forget(self)
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            stream.on_lost(exc)
+
+    def pause(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
+
+    def close(self) -> None:
+        self.closed = True
+        stream, self.stream = self.stream, None
+        if stream is not None:
+            stream.conn = None
+        if self.transport is not None:
+            self.transport.abort()
+
+    # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() == b"content-type":
+            self.content_type = value
+
+    def on_headers_complete(self) -> None:
+        if self.stream is not None and self.parser is not None:
+            self.stream.on_headers(self.parser.get_status_code(), self.content_type)
+
+    def on_body(self, body: bytes) -> None:
+        if self.stream is not None:
+            self.stream.on_body(body)
+
+    def on_message_complete(self) -> None:
+        stream, self.stream = self.stream, None
+        keep = self.parser is not None and self.parser.should_keep_alive()
+        if stream is not None:
+            stream.conn = None
+            stream.on_complete()
+        if keep and not self.closed:
+            self.worker.park(self)
+        else:
+            self.close()
+
+
+class StreamWorker:
+    """The thread that owns every chat stream's socket (see the module docstring)."""
+
+    def __init__(self, *, batch_s: float = 0.02, read_timeout_s: float = READ_TIMEOUT_S,
+                 name: str = "ws-streams") -> None:
+        self.batch_s = batch_s
+        self.read_timeout_s = read_timeout_s
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._idle: dict[tuple[str, int], list[_Connection]] = {}
+        self._live: set[_Stream] = set()
+        self._dirty: dict[asyncio.AbstractEventLoop, set[_Stream]] = {}
+        self._flush_due = False
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._closed = False
+        self._started = False
+        self._lock = threading.Lock()
+
+    # ----- life cycle -----
+    def _ensure_started(self) -> None:
+        with self._lock:
+            if not self._started:
+                self._started = True
+                self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+        self.loop.close()
+
+    def close(self) -> None:
+        """Abort every stream, close every connection and stop the thread (idempotent)."""
+        if self._closed:
+            return
+        self._closed = True
+        if not self._started:
+            self.loop.close()
+            return
+
+        def shut() -> None:
+            for stream in list(self._live):
+                stream.fail(_unreachable("the app is shutting down"))
+            self._flush()
+            for conns in self._idle.values():
+                for conn in conns:
+                    conn.close()
+            self._idle.clear()
+            self.loop.stop()
+
+        self.loop.call_soon_threadsafe(shut)
+        self._thread.join(timeout=5)
+
+    def call(self, fn) -> None:  # type: ignore[no-untyped-def]
+        """Run ``fn`` on the worker's loop (from any thread)."""
+        if not self._closed:
+            with contextlib.suppress(RuntimeError):  # the loop is already gone
+                self.loop.call_soon_threadsafe(fn)
+
+    # ----- the caller's side -----
+    def open(self, url: str, body: bytes, headers: dict[str, str]) -> StreamHandle:
+        """Start a POST to ``url`` streaming SSE; returns the handle to iterate on this loop."""
+        if self._closed:
+            raise RuntimeError("the stream worker is closed")
+        self._ensure_started()
+        parts = urlsplit(url)
+        if parts.scheme != "http":
+            raise EngineHTTPError(f"the stream worker speaks plain http only, not {parts.scheme}://")
+        host, port = parts.hostname or "127.0.0.1", parts.port or 80
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        head = [f"POST {path} HTTP/1.1", f"Host: {host}:{port}", "Accept: text/event-stream",
+                f"Content-Length: {len(body)}", "Connection: keep-alive"]
+        head += [f"{k}: {v}" for k, v in headers.items()]
+        request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+        stream = _Stream(self, asyncio.get_running_loop(), (host, port), request, time.monotonic())
+        handle = StreamHandle(self, stream)
+        stream.handle = handle
+        self.call(lambda: self.loop.create_task(self._send(stream), name="stream-send"))
+        return handle
+
+    # ----- the worker's side -----
+    def endpoint_text(self, key: tuple[str, int]) -> str:
+        return f"http://{key[0]}:{key[1]}"
+
+    async def _send(self, stream: _Stream) -> None:
+        if stream.finished:
+            return
+        self._live.add(stream)
+        stream.last_s = time.monotonic()
+        self._arm_watchdog()
+        conn = self._take_idle(stream.key)
+        if conn is None:
+            try:
+                async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                    _t, conn = await self.loop.create_connection(
+                        lambda: _Connection(self, stream.key), stream.key[0], stream.key[1])
+            except (OSError, TimeoutError) as exc:
+                stream.fail(_unreachable(f"cannot reach the engine at {self.endpoint_text(stream.key)}: {exc}"))
+                return
+        if stream.finished:  # aborted while connecting
+            self.park(conn)
+            return
+        conn.start(stream)
+
+    def _take_idle(self, key: tuple[str, int]) -> _Connection | None:
+        conns = self._idle.get(key)
+        while conns:
+            conn = conns.pop()
+            if not conn.closed and conn.transport is not None and not conn.transport.is_closing():
+                conn.reused = True
+                return conn
+        return None
+
+    def park(self, conn: _Connection) -> None:
+        conns = self._idle.setdefault(conn.key, [])
+        if len(conns) < MAX_IDLE_PER_HOST and not conn.closed:
+            conns.append(conn)
+        else:
+            conn.close()
+
+    def forget(self, conn: _Connection) -> None:
+        conns = self._idle.get(conn.key)
+        if conns and conn in conns:
+            conns.remove(conn)
+
+    def release(self, stream: _Stream) -> None:
+        self._live.discard(stream)
+
+    def mark(self, stream: _Stream) -> None:
+        """``stream`` has something for its consumer: hand it off at the next batch."""
+        if stream.aborted:
+            return
+        self._dirty.setdefault(stream.caller, set()).add(stream)
+        if not self._flush_due:
+            self._flush_due = True
+            self.loop.call_later(self.batch_s, self._flush)
+
+    def _flush(self) -> None:
+        self._flush_due = False
+        dirty, self._dirty = self._dirty, {}
+        for caller, streams in dirty.items():
+            batch = []
+            for stream in streams:
+                if stream.handle is None or stream.aborted:
+                    continue
+                deltas = stream.pending.take()
+                done = stream.finished
+                if not deltas and not done:
+                    continue
+                stream.delivered += 1
+                batch.append((stream.handle, _Batch(deltas, done, stream.result if done else None)))
+                if done:
+                    stream.handle = None  # nothing more goes to it
+            if batch:
+                with contextlib.suppress(RuntimeError):  # the caller's loop is closed
+                    caller.call_soon_threadsafe(_deliver, batch)
+
+    def _arm_watchdog(self) -> None:
+        if self._watchdog is None:
+            self._watchdog = self.loop.call_later(1.0, self._watch)
+
+    def _watch(self) -> None:
+        """Fail streams the server stopped feeding for ``read_timeout_s`` (a hung engine)."""
+        self._watchdog = None
+        now = time.monotonic()
+        for stream in list(self._live):
+            if not stream.paused and now - stream.last_s > self.read_timeout_s:
+                stream.fail(_unreachable(
+                    f"the engine at {self.endpoint_text(stream.key)} stopped sending (read timeout)"))
+        if self._live:
+            self._arm_watchdog()
+
+    @property
+    def streams_open(self) -> int:
+        return len(self._live)
+
+
+def _deliver(batch: list[tuple[StreamHandle, _Batch]]) -> None:
+    for handle, item in batch:
+        handle._put(item)
