@@ -158,7 +158,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> list[dict]:
     source = subprocess.Popen(
         [sys.executable, str(UI_INGEST), "--serve", "--rate", str(args.rate), "--sessions",
          str(args.sessions), "--deadline-s", str(deadline_s), "--source-hz", "0"],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, text=True, preexec_fn=(lambda: os.nice(args.source_nice)) if args.source_nice else None,
     )
     try:
         line = source.stdout.readline()
@@ -201,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="phases: comma-separated output sizes, 'none' = not recording")
     parser.add_argument("--rounds", type=int, default=1, help="repeat the phases this many times")
     parser.add_argument("--encoder-nice", type=int, default=0, help="niceness of the encoder process")
+    parser.add_argument("--source-nice", type=int, default=0,
+                        help="niceness of the token source (it stands in for an engine on cores of its own)")
     parser.add_argument("--keep", type=Path, default=None, help="keep the videos in this folder")
     parser.add_argument("--verify", action="store_true", help="decode each video and count frames")
     args = parser.parse_args(argv)
@@ -231,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = {
         "sessions": args.sessions, "offered_tok_s": args.rate, "fps": args.fps, "codec": args.codec,
         "window": f"{args.window[0]}x{args.window[1]}", "cpus": os.cpu_count(),
-        "encoder_nice": args.encoder_nice, "rounds": args.rounds, "seconds_per_phase": args.seconds,
+        "encoder_nice": args.encoder_nice, "source_nice": args.source_nice, "rounds": args.rounds, "seconds_per_phase": args.seconds,
         "load_avg_before": round(load_before, 2), "load_avg_after": round(os.getloadavg()[0], 2),
         "median_by_record": by_record, "phases": phases,
     }

@@ -62,3 +62,16 @@ def test_text_after_a_tool_call_starts_a_new_delta():
     c.add(ChatDelta(content=" it"))
     out = c.take()
     assert len(out) == 2 and out[1].content == "after it"
+
+
+def test_choices_of_one_request_keep_their_index_and_never_fold_together():
+    # n > 1 (the guided protocol's drafts): vLLM interleaves the choices' pieces
+    raw = [b'{"choices":[{"index":0,"delta":{"content":"a"}}]}', b'{"choices":[{"index":1,"delta":{"content":"x"}}]}',
+           b'{"choices":[{"index":1,"delta":{"content":"y"}}]}', b'{"choices":[{"index":0,"delta":{"content":"b"}}]}']
+    c = Coalescer()
+    for payload in raw:
+        c.add(reduce_payload(payload))
+    texts: dict[int, str] = {}
+    for d in c.take():
+        texts[d.index] = texts.get(d.index, "") + d.content
+    assert texts == {0: "ab", 1: "xy"}
