@@ -292,6 +292,16 @@ class Application:
         if self.window is not None:
             self.window.sandbox_banner.show_status(status)
 
+    async def _show_stored(self) -> None:
+        """The stored sessions in the grid at once, while the engine starts (the fleet, once up,
+        brings their histories into the same panes)."""
+        from workstation.ui.restart_flow import show_stored_sessions
+
+        assert self.window is not None
+        shown = await show_stored_sessions(self.window, self.settings.data_dir / "store.sqlite3")
+        if shown:
+            self.window.show_status(f"{shown} stored session(s); the engine is starting…", 15000)
+
     async def _build_fleet(self) -> None:
         """Fleet (on the live engine, followed across restarts and switches), its bridge to the
         window, the sessions in the store, meters."""
@@ -391,6 +401,7 @@ class Application:
         try:
             await self._build_engine()
             self._build_window()
+            await self._show_stored()
             self._spawn(self._start_engine(), "engine-start")
             await self._shutdown.wait()
         finally:

@@ -77,6 +77,17 @@ class SessionArchived:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionsMovedEndpoint:
+    """After a restart, sessions that were working ran on an endpoint that is no longer there
+    (another model, another engine): they are paused until a person says to go on with
+    ``current``."""
+
+    session_ids: tuple[str, ...]
+    previous: str
+    current: str
+
+
+@dataclass(frozen=True, slots=True)
 class SessionRenamed:
     session_id: str
     name: str
@@ -189,6 +200,7 @@ FleetEvent = (
     | SessionRemoved
     | SessionArchived
     | SessionRenamed
+    | SessionsMovedEndpoint
     | SessionStatsChanged
     | SessionAgentEvent
     | AttachProgress

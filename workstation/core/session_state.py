@@ -120,6 +120,10 @@ def check_transition(old: SessionState, new: SessionState) -> SessionState:
     return new
 
 
+RESUMED_AFTER_RESTART = "resumed after a restart"
+"""The reason of the state change of a session the app resumes when it starts again."""
+
+
 def state_after_restart(persisted: SessionState) -> SessionState:
     """Where a session stands when the app starts again, given its persisted state.
 

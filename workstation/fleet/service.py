@@ -35,7 +35,7 @@ from workstation.core.fleet_events import (
     SessionRemoved,
     SessionSummary,
 )
-from workstation.core.session_state import SessionState as S, check_transition, state_after_restart
+from workstation.core.session_state import SessionState as S, check_transition
 from workstation.fleet import review
 from workstation.fleet.agent_bridge import AgentFactory
 from workstation.fleet.agent_controls import AgentControls
@@ -60,6 +60,7 @@ from workstation.fleet.provision import (
     prepare_repository,
 )
 from workstation.fleet.repos import session_names
+from workstation.fleet.restart import bring_back, hold_moved
 from workstation.fleet.routing import Router
 from workstation.fleet.session import SessionRecord, SessionSpec
 from workstation.fleet.shelf import SessionShelf
@@ -158,24 +159,13 @@ class Fleet:
         and look for orphaned worktrees."""
         await self.store.start()
         await self.ports.load()
-        records = await self.store.load_sessions()
-        to_resume: list[str] = []
-        for rec in records:
-            self.book.add(rec)
-            if rec.endpoint_name:
-                self.router.assign(rec.session_id, previous=rec.endpoint_name)
-                self.router.set_active(rec.session_id, not rec.state.is_finished)
-            new = state_after_restart(rec.state)
-            if rec.state is S.PREPARING:
-                await self.workspaces.undo_worktree(rec)
-                rec.error = "the app stopped while the worktree was being created; remove this session"
-            if new is not rec.state:
-                self.book.set_state(rec.session_id, new, "restarted", force=True)
-            if new is S.QUEUED:
-                to_resume.append(rec.session_id)
+        to_resume = await bring_back(self.store, self.book, self.router, self.workspaces)
         self.stats.start()
         self._started = True
+        moved = hold_moved(self.book, self.router, to_resume, self.changed.emit)
         for sid in to_resume:
+            if sid in moved:
+                continue
             if self._resume_on_start:
                 self._launch(sid, None)
             else:

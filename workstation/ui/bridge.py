@@ -28,6 +28,7 @@ from workstation.agent.transcript import render_line
 from workstation.core import agent_events as ev
 from workstation.core.approvals import ApprovalRequest
 from workstation.core import fleet_events as fe
+from workstation.core.session_state import RESUMED_AFTER_RESTART
 from workstation.fleet.service import Fleet
 from workstation.ui.backend import SessionView
 from workstation.ui.panes.session_pane import PaneInfo
@@ -91,6 +92,8 @@ class FleetBridge(QObject):
     session_archived = Signal(str, str)
     """(session id, why): it left the grid for the archive."""
     session_unarchived = Signal(str)
+    endpoint_moved = Signal(object)
+    """``SessionsMovedEndpoint``: sessions wait until a person says they go on elsewhere."""
     """It came back from the archive: its pane is new, its history still to load."""
     approval_requested = Signal(str, object)
     """(session id, ``ApprovalRequested``)."""
@@ -118,6 +121,9 @@ class FleetBridge(QObject):
         self._streamed: set[tuple[str, str]] = set()
         """Commands whose output streamed live (else it comes from their stored result)."""
         self._loading: dict[str, list[fe.SessionAgentEvent]] = {}
+        self._moved: list[fe.SessionsMovedEndpoint] = []
+        self._resumed: set[str] = set()
+        """Sessions the fleet resumed at its start (their pane says so after their history)."""
         self._held: list[fe.SessionAgentEvent] | None = []
         """Agent events that arrive before :meth:`load_existing` made the panes."""
         self._gui_thread = threading.get_ident()
@@ -178,11 +184,17 @@ class FleetBridge(QObject):
             self._add(summary)
         for summary in shown:
             await self.load_history(summary.session_id)
+            doc = self._docs.get(summary.session_id)
+            if summary.session_id in self._resumed and doc is not None:
+                doc.add_line("resumed after the restart: the agent goes on from its history", LineStyle.NOTICE)
         held, self._held = self._held or [], None
         for item in held:
             self._apply(item.session_id, item.seq, item.event, live=True)
         for request in self.fleet.pending_approvals():
             self._show_approval_request(request)
+        moved, self._moved = self._moved, []
+        for event in moved:
+            self.endpoint_moved.emit(event)
 
     async def load_history(self, session_id: str) -> None:
         self._loading[session_id] = []
@@ -204,6 +216,8 @@ class FleetBridge(QObject):
             self._add(event.summary)
             self.session_created.emit(event.summary)
         elif isinstance(event, fe.SessionStateChanged):
+            if event.reason == RESUMED_AFTER_RESTART:
+                self._resumed.add(event.session_id)
             info = window.session_info(event.session_id)
             if info is not None:
                 info = replace(info, state=event.new, detail=event.reason,
@@ -221,6 +235,11 @@ class FleetBridge(QObject):
             self.session_removed.emit(event.session_id)
         elif isinstance(event, fe.SessionArchived):
             self._archived(event)
+        elif isinstance(event, fe.SessionsMovedEndpoint):
+            if self._held is not None:  # before the panes exist: asked once they do
+                self._moved.append(event)
+            else:
+                self.endpoint_moved.emit(event)
         elif isinstance(event, fe.SessionRenamed):
             self._update_info(event.session_id, name=event.name)
         elif isinstance(event, fe.GenerationSlotsChanged):

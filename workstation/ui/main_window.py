@@ -41,6 +41,7 @@ from workstation.ui.panes.session_pane import PaneInfo, SessionPane
 from workstation.ui.panes.tile_grid import TileGrid
 from workstation.ui.panes.transcript_doc import TranscriptDoc
 from workstation.ui.new_session_flow import NewSessionFlow
+from workstation.ui.restart_flow import RestartFlow
 from workstation.ui.review_flow import ReviewFlow
 from workstation.ui.sandbox_banner import SandboxBanner
 from workstation.ui.session_actions import SessionActions
@@ -114,6 +115,7 @@ class MainWindow(QMainWindow):
         self.approvals = ApprovalControls(self.panes, self.focus, self._command, self.confirmations)
         self.review = ReviewFlow(self, self._command)  # the focus view's Diff tab, commit and merge, checkpoints
         self.new_sessions = NewSessionFlow(self, lambda: self.commands)
+        self.restart = RestartFlow(self, self._command)  # sessions moved to another endpoint ask first
         self.guard = StopGuard(self)  # asks before the engine stops mid-request and before quitting
         self.generating = 0
         self._build_toolbar()
@@ -331,6 +333,7 @@ class MainWindow(QMainWindow):
         bridge.session_created.connect(lambda summary: self.grid.bring_into_view(summary.session_id))
         bridge.session_unarchived.connect(lambda sid: self.tasks.spawn(bridge.load_history(sid), "unarchive"))
         self.review.attach(bridge)
+        bridge.endpoint_moved.connect(self.restart.ask_moved)
 
     def _on_slots_changed(self, generating: int, waiting: int, cap: int) -> None:
         self.generating = generating
