@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from workstation.fleet.service import Fleet
     from workstation.services import Services
     from workstation.telemetry.meters import Meters
+    from workstation.telemetry.nvml import GpuSnapshot
     from workstation.ui.bridge import FleetBridge
     from workstation.ui.engine_adapter import EngineAdapter
     from workstation.ui.main_window import MainWindow
@@ -375,11 +376,17 @@ class Application:
             return
         meters = self.meters = self.services.meters(streams=self.fleet.streams)
         meters.cost_updated.connect(self._on_cost)
+        meters.gpu_sampled.connect(self._on_gpu)
         install_meters(self.window, meters, settings=self.settings)
         await meters.start()
 
     def _on_cost(self, estimate: CostEstimate) -> None:
         self._cost = estimate
+
+    def _on_gpu(self, snapshot: GpuSnapshot) -> None:
+        """The settings offer this GPU model's typical hourly price."""
+        if snapshot.devices and self.window is not None:
+            self.window.gpu_name = snapshot.devices[0].name
 
     async def _start_engine(self) -> None:
         assert self.engine is not None and self.window is not None

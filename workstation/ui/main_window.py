@@ -83,6 +83,8 @@ class MainWindow(QMainWindow):
         self._slots_text = ""
         self.new_session_dialog: NewSessionDialog | None = None
         self.settings_dialog: SettingsDialog | None = None
+        self.gpu_name = ""
+        """The GPU model the meters saw (the settings offer its typical hourly price)."""
         self._closing = False
         self._allow_close = False
         self.setWindowTitle("workstation")
@@ -241,7 +243,7 @@ class MainWindow(QMainWindow):
         self.start_all_action.triggered.connect(lambda: self._command("start-all", lambda c: c.start_all()))
         self.pause_all_action.triggered.connect(lambda: self._command("pause-all", lambda c: c.pause_all()))
         self.approve_all_action.triggered.connect(lambda: self.approvals.approve_all(self.attention.waiting_ids()))
-        self.settings_action.triggered.connect(self.open_settings)
+        self.settings_action.triggered.connect(lambda: self.open_settings())
         self.engine_button.clicked.connect(self.toggle_engine_dock)
         self.engine_dock_action.triggered.connect(self.toggle_engine_dock)
         self.tuning_dock_action.triggered.connect(lambda: self.tuning_dock.setVisible(not self.tuning_dock.isVisible()))
@@ -437,7 +439,7 @@ class MainWindow(QMainWindow):
     def open_settings(self, section: str = "") -> None:
         from workstation.ui.dialogs.settings_dialog import SettingsDialog
 
-        dialog = SettingsDialog(self.settings, self, section=section)
+        dialog = SettingsDialog(self.settings, self, section=section, gpu_name=self.gpu_name)
         dialog.saved.connect(self._on_settings_saved)
         dialog.finished.connect(dialog.deleteLater)
         self.settings_dialog = dialog

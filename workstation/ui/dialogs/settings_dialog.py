@@ -1,7 +1,10 @@
-"""Settings over :mod:`workstation.config`: one tab per section, a field per setting,
-its docstring as the tooltip. Invalid values are named inline; Save writes the file
-(most settings apply at the next start; the theme applies at once). The Sandbox tab names
-the risk of ``mode = off`` in words, always visible, and in red while it is chosen."""
+"""Settings over :mod:`workstation.config`, grouped for people rather than by the schema:
+Engine, Sessions, Sandbox, Costs, Display, and Advanced for the rest. Each field has a
+label in words with its unit and its help text under it (the setting's docstring; all of
+it in the tooltip). Invalid values are named inline; Save writes the file (most settings
+apply at the next start; the theme applies at once). The Sandbox tab names the risk of
+``mode = off`` in words, always visible, and in red while it is chosen. The Costs tab offers
+the typical rental price of this machine's GPU model per GPU-hour when none is set."""
 
 from __future__ import annotations
 
@@ -30,9 +33,59 @@ from PySide6.QtWidgets import (
 )
 
 from workstation.config import Settings, save_settings
+from workstation.core.gpu_prices import typical_gpu_hourly_usd
 from workstation.ui import theme
 
 SECTIONS = ("engine", "fleet", "agent", "telemetry", "ui", "sandbox")
+
+GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
+    ("Engine", (
+        ("engine", "model", "Model"),
+        ("engine", "profile", "Tuning profile"),
+        ("engine", "kv_cache_gib", "KV cache (GiB)"),
+        ("engine", "start_timeout_s", "Start timeout (s)"),
+        ("engine", "external_url", "Outside endpoint URL"),
+        ("engine", "external_api_key", "Outside endpoint key"),
+        ("engine", "external_model", "Outside endpoint model"),
+        ("engine", "lora_dir", "LoRA adapters folder"),
+    )),
+    ("Sessions", (
+        ("fleet", "max_generating", "Sessions generating at once"),
+        ("fleet", "setup_timeout_s", "Worktree setup timeout (s)"),
+        ("fleet", "setups_at_once", "Setups at once"),
+        ("agent", "rules", "Rules files"),
+        ("agent", "mcp_config", "MCP servers file"),
+        ("agent", "model_takes_images", "Model takes images"),
+    )),
+    ("Sandbox", (
+        ("sandbox", "mode", "Confinement"),
+        ("sandbox", "network", "Network for commands"),
+        ("sandbox", "cpu_time_s", "CPU time per command (s)"),
+        ("sandbox", "address_space_gib", "Memory per command (GiB)"),
+        ("sandbox", "max_processes", "Processes per command"),
+        ("sandbox", "hidden_paths", "Hidden paths"),
+    )),
+    ("Costs", (
+        ("telemetry", "api_price_model", "Compare with the API of"),
+        ("telemetry", "gpu_hourly_usd", "GPU rental (USD per GPU-hour)"),
+        ("telemetry", "electricity_usd_per_kwh", "Electricity (USD per kWh)"),
+        ("telemetry", "pue", "Cooling overhead (PUE)"),
+        ("telemetry", "hardware_usd", "Hardware price (USD)"),
+        ("telemetry", "hardware_years", "Written off over (years)"),
+    )),
+    ("Display", (
+        ("ui", "theme", "Theme"),
+        ("ui", "flush_hz", "Pane redraws per second"),
+        ("ui", "pane_max_blocks", "Lines kept per pane"),
+        ("telemetry", "gpu_interval_s", "GPU meter interval (s)"),
+        ("telemetry", "metrics_interval_s", "Engine meter interval (s)"),
+    )),
+)
+"""(tab, ((section, setting, label), …)): what a person looks for, in words; every setting
+not named here is on the Advanced tab under its section's name."""
+GROUP_OF_SECTION = {"engine": "Engine", "fleet": "Sessions", "agent": "Sessions", "sandbox": "Sandbox",
+                    "telemetry": "Costs", "ui": "Display"}
+HELP_CHARS = 160
 SANDBOX_RISK = (
     "Agents' commands run inside bubblewrap: they see only their own worktree, not your secrets "
     "(~/.ssh, ~/.aws …) or the app's data, and have no network. Where bubblewrap cannot run, each "
@@ -100,6 +153,8 @@ class _Field:
                 w.setPlaceholderText("not set")
         w.setToolTip(doc)
         self.widget = w
+        self.help: QLabel | None = None
+        """The help text shown under the field (its docstring's first paragraph)."""
 
     def value(self) -> Any:
         w = self.widget
@@ -122,35 +177,38 @@ class SettingsDialog(QDialog):
     saved = Signal(object)
     """The new :class:`Settings`."""
 
-    def __init__(self, settings: Settings, parent: QWidget | None = None, *, section: str = "") -> None:
+    def __init__(self, settings: Settings, parent: QWidget | None = None, *, section: str = "",
+                 gpu_name: str = "") -> None:
+        """``section``: the tab to open (a group's title or a settings section); ``gpu_name``:
+        the GPU model NVML names (its typical hourly price is offered), empty when unknown."""
         super().__init__(parent)
         open_section = section
         self.setWindowTitle("Settings")
         self.setModal(True)
         self.setMinimumWidth(560)
         self.settings = settings
-        self.fields: dict[str, dict[str, _Field]] = {}
+        self.fields: dict[str, dict[str, _Field]] = {section: {} for section in SECTIONS}
         self.tabs = QTabWidget()
+        placed: set[tuple[str, str]] = set()
+        forms: dict[str, QFormLayout] = {}
+        for title, entries in GROUPS:
+            form = forms[title] = self._page(title)
+            for section, name, label in entries:
+                self._add_field(form, section, name, label)
+                placed.add((section, name))
+        advanced = forms["Advanced"] = self._page("Advanced")
         for section in SECTIONS:
-            model: BaseModel = getattr(settings, section)
-            cls = type(model)
-            docs = field_docs(cls)
-            page = QWidget()
-            form = QFormLayout(page)
-            form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.ExpandingFieldsGrow)
-            section_fields: dict[str, _Field] = {}
-            for name, info in cls.model_fields.items():
-                f = _Field(name, info.annotation, getattr(model, name), docs.get(name, ""))
-                label = QLabel(name.replace("_", " "))
-                label.setToolTip(docs.get(name, ""))
-                form.addRow(label, f.widget)
-                section_fields[name] = f
-            self.fields[section] = section_fields
-            self.tabs.addTab(page, section.capitalize())
-            if section == "sandbox":
-                self._add_sandbox_risk(form, section_fields["mode"])
-        if open_section in SECTIONS:
-            self.tabs.setCurrentIndex(SECTIONS.index(open_section))
+            rest = [n for n in type(getattr(settings, section)).model_fields if (section, n) not in placed]
+            if rest:
+                advanced.addRow(QLabel(f"<b>{section.capitalize()}</b>"))
+            for name in rest:
+                self._add_field(advanced, section, name, name.replace("_", " "))
+        self._add_sandbox_risk(forms["Sandbox"], self.fields["sandbox"]["mode"])
+        self._offer_gpu_price(forms["Costs"], gpu_name)
+        titles = [self.tabs.tabText(i) for i in range(self.tabs.count())]
+        wanted = GROUP_OF_SECTION.get(open_section, open_section.capitalize())
+        if wanted in titles:
+            self.tabs.setCurrentIndex(titles.index(wanted))
         self.error = QLabel("")
         self.error.setWordWrap(True)
         self.error.setTextFormat(Qt.TextFormat.PlainText)
@@ -169,6 +227,61 @@ class SettingsDialog(QDialog):
         layout.addWidget(self.error)
         layout.addWidget(note)
         layout.addWidget(buttons)
+
+    def _page(self, title: str) -> QFormLayout:
+        page = QWidget()
+        form = QFormLayout(page)
+        form.setFieldGrowthPolicy(QFormLayout.FieldGrowthPolicy.ExpandingFieldsGrow)
+        self.tabs.addTab(page, title)
+        return form
+
+    def _add_field(self, form: QFormLayout, section: str, name: str, label: str) -> _Field:
+        model: BaseModel = getattr(self.settings, section)
+        cls = type(model)
+        doc = field_docs(cls).get(name, "")
+        f = _Field(name, cls.model_fields[name].annotation, getattr(model, name), doc)
+        box = QWidget()
+        column = QVBoxLayout(box)
+        column.setContentsMargins(0, 0, 0, 4)
+        column.setSpacing(1)
+        column.addWidget(f.widget)
+        first = doc.split("\n\n")[0].replace("\n", " ")
+        f.help = QLabel(first if len(first) <= HELP_CHARS else first[:HELP_CHARS - 1].rstrip() + "…")
+        f.help.setWordWrap(True)
+        f.help.setTextFormat(Qt.TextFormat.PlainText)
+        f.help.setForegroundRole(f.help.foregroundRole().PlaceholderText)
+        small = f.help.font()
+        small.setPointSizeF(small.pointSizeF() * 0.9)
+        f.help.setFont(small)
+        f.help.setVisible(bool(doc))
+        column.addWidget(f.help)
+        row_label = QLabel(label)
+        row_label.setToolTip(doc)
+        form.addRow(row_label, box)
+        self.fields[section][name] = f
+        return f
+
+    def _offer_gpu_price(self, form: QFormLayout, gpu_name: str) -> None:
+        """No GPU-hour price set and a known GPU model: its typical price, filled in (Save
+        keeps it; clearing the field goes back to energy and hardware)."""
+        typical = typical_gpu_hourly_usd(gpu_name) if gpu_name else None
+        self.gpu_price_note = QLabel("")
+        self.gpu_price_note.setWordWrap(True)
+        field = self.fields["telemetry"]["gpu_hourly_usd"]
+        widget = field.widget
+        assert isinstance(widget, QLineEdit)
+        if typical is None:
+            self.gpu_price_note.setText(
+                f"No typical price is known for {gpu_name}." if gpu_name else
+                "No GPU seen here: empty counts energy and hardware instead.")
+        elif self.settings.telemetry.gpu_hourly_usd is None:
+            widget.setText(f"{typical:.2f}")
+            self.gpu_price_note.setText(f"Filled in: the typical rental price of one {gpu_name} "
+                                        f"(${typical:.2f} per GPU-hour). Edit it to yours; empty counts "
+                                        "energy and hardware instead.")
+        else:
+            self.gpu_price_note.setText(f"A {gpu_name} typically rents for ${typical:.2f} per GPU-hour.")
+        form.addRow("", self.gpu_price_note)
 
     def _add_sandbox_risk(self, form: QFormLayout, mode: _Field) -> None:
         self.sandbox_risk = QLabel(SANDBOX_RISK)
