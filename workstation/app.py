@@ -232,8 +232,9 @@ class Application:
         self.recorder = recorder
 
     def overlay_values(self) -> OverlayValues:
-        """The recording's caption, read from the services (the fleet's sessions and its one
-        token rate, the meters' last cost estimate), never from widgets."""
+        """The recording's caption, read from the services (the fleet's sessions, the meters' one
+        token rate — the number the strip shows — and their last cost estimate), never from
+        widgets."""
         from workstation.core.session_state import SessionState
         from workstation.ui.recorder.overlay import OverlayValues
 
@@ -242,7 +243,8 @@ class Application:
         return OverlayValues(
             sessions=len(sessions),
             sessions_running=sum(1 for s in sessions if s.state is SessionState.RUNNING),
-            tokens_per_s=self.fleet.tokens_per_s_total() if self.fleet is not None else 0.0,
+            tokens_per_s=(self.meters.tokens_per_s if self.meters is not None
+                          else self.fleet.tokens_per_s_total() if self.fleet is not None else None),
             savings_pct=self._cost.savings_pct if self._cost is not None else None,
             note=(view.model or None) if view is not None else None,
         )

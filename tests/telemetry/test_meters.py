@@ -141,3 +141,31 @@ async def test_endpoints_come_and_go_and_price_switches() -> None:
         meters.set_engine_pid(12345)
         assert meters.engine_pid() == 12345
         await meters.aclose()
+
+
+def test_one_token_rate_the_engine_count_where_it_has_one_else_the_streams() -> None:
+    """The strip, the status bar and the recording's caption read ``Meters.tokens_per_s``."""
+    import time
+
+    from workstation.telemetry.vllm_metrics import EngineMetricsSample
+
+    meters = make_meters(httpx.AsyncClient())
+    meters.streams.on_chunk("s1", 40)
+    streamed = meters.streams.tokens_per_s()
+    assert streamed > 0 and meters.tokens_per_s == streamed  # no engine sample yet: the streams
+    seen: list[float | None] = []
+    meters.rate_updated.connect(seen.append)
+
+    def sample(endpoint: str, rate: float | None, *, up: bool = True, metrics: bool = True) -> EngineMetricsSample:
+        return EngineMetricsSample(endpoint=endpoint, t_mono=time.monotonic(), t_wall=time.time(), up=up,
+                                   has_metrics=metrics, generation_tokens_per_s=rate)
+
+    meters._on_engine_sampled(sample("a", 900.0))
+    meters._on_engine_sampled(sample("b", 100.0))
+    assert meters.tokens_per_s == 1000.0  # both engines' own counts, also what no pane shows
+    meters.tick()
+    assert seen == [1000.0]
+    meters._on_engine_sampled(sample("b", None, up=False))
+    assert meters.tokens_per_s == 900.0  # an engine down no longer counts
+    meters._on_engine_sampled(sample("a", None, metrics=False))  # an outside API: no /metrics
+    assert meters.tokens_per_s == meters.streams.tokens_per_s()

@@ -94,6 +94,7 @@ class Meters:
     models_sampled = Signal(object)  # tuple[ModelTokens, ...]: tokens per adapter / base model
     cost_updated = Signal(object)  # CostEstimate
     series_updated = Signal(object)  # tuple[str, ...]: names of the series just appended to
+    rate_updated = Signal(object)  # float | None: :attr:`tokens_per_s`, at each tick
 
     def __init__(
         self,
@@ -142,6 +143,8 @@ class Meters:
         self._app_metrics = AppMetricsServer(self.snapshot, port=app_metrics_port) if app_metrics_port is not None else None
         self._tick_task: asyncio.Task[None] | None = None
         self._started = False
+        self._engine_rates: dict[str, float | None] = {}
+        """Each endpoint's generation rate from its last /metrics sample (absent: no metrics)."""
 
     @classmethod
     def from_settings(cls, settings: Settings, http: httpx.AsyncClient, **kwargs: Any) -> Meters:
@@ -247,6 +250,10 @@ class Meters:
 
     def _on_engine_sampled(self, s: EngineMetricsSample) -> None:
         self.cost.on_engine_sample(s)
+        if s.up and s.has_metrics:
+            self._engine_rates[s.endpoint] = s.generation_tokens_per_s
+        else:
+            self._engine_rates.pop(s.endpoint, None)
         p = f"engine.{s.endpoint}."
         self._record(s.t_mono, {
             p + "generation_tokens_per_s": s.generation_tokens_per_s,
@@ -279,6 +286,18 @@ class Meters:
         self.sessions_sampled.emit(sessions)
         self.models_sampled.emit(self.streams.by_model())
         self.cost_updated.emit(estimate)
+        self.rate_updated.emit(self.tokens_per_s)
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """The one generated-tokens rate the app shows (the strip, the status bar, the recording's
+        caption): the engines' own count from /metrics where they have one — it also counts
+        what no pane shows, such as the guided protocol's extra drafts — else what the sessions'
+        streams counted. None while an engine with metrics has not reported a rate yet."""
+        if self._engine_rates:
+            rates = [r for r in self._engine_rates.values() if r is not None]
+            return sum(rates) if rates else None
+        return self.streams.tokens_per_s()
 
     async def _tick_loop(self) -> None:
         while True:

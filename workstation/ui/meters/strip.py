@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QWidget
 
 from workstation.core.cost import CostEstimate
 from workstation.telemetry.nvml import GpuSnapshot
-from workstation.telemetry.streams import ModelTokens, SessionTokens
+from workstation.telemetry.streams import ModelTokens
 from workstation.telemetry.vllm_metrics import EngineMetricsSample
 from workstation.ui import theme
 
@@ -104,8 +104,6 @@ class MeterStrip(QFrame):
         self.adapters.hide()
         self.adapters_sep.hide()
         row.addStretch(1)
-        self._engine_rate: float | None = None
-        self._stream_rate: float | None = None
 
     # ----- telemetry events -----
     def on_gpu(self, snap: GpuSnapshot) -> None:
@@ -126,21 +124,19 @@ class MeterStrip(QFrame):
             self.requests.setToolTip(sample.error or "")
             return
         if not sample.has_metrics:  # an outside endpoint: the streams' rate still shows
-            self._engine_rate = None
             self.requests.setText("no metrics")
             self.requests.setToolTip(f"{sample.error}; throughput is counted from the streams")
             return
         self.requests.setToolTip("")
-        self._engine_rate = sample.generation_tokens_per_s
-        self._show_rate()
         self.requests.setText(f"run {fmt(sample.running)} · wait {fmt(sample.waiting)}")
         self.kv.setText(f"KV {fmt(sample.kv_cache_usage_pct, '.0f', '%')}")
         self.prefix.setText(f"prefix hits {fmt(sample.prefix_cache_hit_rate_pct, '.0f', '%')}")
 
-    def on_sessions(self, samples: Sequence[SessionTokens]) -> None:
-        self._stream_rate = sum(s.tokens_per_s or 0.0 for s in samples)
-        if self._engine_rate is None:
-            self._show_rate()
+    def on_rate(self, rate: float | None) -> None:
+        """The meters' one token rate (``Meters.tokens_per_s``: the engine's /metrics, or the
+        streams where it has none)."""
+        self.rate.setText(f"{fmt(rate, ',.0f')} tok/s")
+        self.spark.add(rate)
 
     def on_models(self, models: Sequence[ModelTokens]) -> None:
         """Tokens per model (``telemetry.streams.ModelTokens``); shown once more than one model
@@ -153,10 +149,6 @@ class MeterStrip(QFrame):
             self.adapters.setText(" · ".join(f"{m.model} {compact(m.prompt_tokens + m.completion_tokens)}"
                                              for m in shown))
 
-    def _show_rate(self) -> None:
-        rate = self._engine_rate if self._engine_rate is not None else self._stream_rate
-        self.rate.setText(f"{fmt(rate, ',.0f')} tok/s")
-        self.spark.add(rate)
 
     def on_cost(self, cost: CostEstimate) -> None:
         if cost.self_host_usd_per_m_tokens is None or cost.api_usd_per_m_tokens is None:
