@@ -1,20 +1,31 @@
-"""Screenshots of the main views, light and dark, at 1920x1080 offscreen.
+"""Screenshots of the main views from a real run: the demo manifest's agent sessions on the
+real engine, drawn by the real window.
 
-    python docs/screenshots/make.py [--engine-url URL --engine-key KEY]
+    python docs/screenshots/make.py [--sessions 32] [--seconds 90] [--endpoint URL --api-key KEY]
 
-The panes are drawn by the real window through the real fleet bridge, fed with the
-events a fleet of 32 agents emits (states, streamed text, tool calls, approvals). The
-meter strip shows real telemetry of this machine (and of an engine's /metrics when a
-URL is given); nothing is made up for it.
+The app is built by its own composition root (``workstation.app.Application``, what
+``workstation demo`` opens) in a fresh data folder — the prepared engine and models are linked
+in, so no earlier session shows up — with the managed engine (or ``--endpoint``, a running
+OpenAI-compatible server). The sessions work for ``--seconds`` after the engine serves; then
+each view is grabbed at 1920x1080 (offscreen, the window's own pixels) in both themes, and
+``captions.json`` records what the pictures show: the model, the engine's version, the machine,
+the sessions' states and token totals at the moment of the grid shot. The README's captions
+are written from that file.
+
+Nothing is scripted: what the panes show is what the model did.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
+import platform
 import sys
 import tempfile
+import time
+from collections import Counter
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -22,201 +33,173 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from psygnal import Signal  # noqa: E402
-
-from workstation.core import agent_events as ev  # noqa: E402
-from workstation.core import fleet_events as fe  # noqa: E402
-from workstation.core.session_state import SessionState as S  # noqa: E402
-
-TASKS = [
-    ("fix-flaky-test", "repo-a", "Fix the flaky test in tests/test_io.py"),
-    ("add-cli-flag", "repo-b", "Add a --dry-run flag to the CLI"),
-    ("speed-up-parser", "repo-c", "Make the config parser faster"),
-    ("typing-cleanup", "repo-a", "Add type hints to utils/paths.py"),
-    ("docs-quickstart", "repo-d", "Write a quickstart section in the README"),
-    ("retry-http", "repo-b", "Retry HTTP 503 with backoff"),
-    ("sqlite-wal", "repo-e", "Switch the cache to SQLite WAL mode"),
-    ("dark-mode", "repo-f", "Follow the system dark mode"),
-]
-
-STATES = ([S.RUNNING] * 17 + [S.AWAITING_APPROVAL] * 5 + [S.DONE] * 4 + [S.QUEUED] * 3
-          + [S.NEEDS_INPUT, S.FAILED, S.PAUSED])
-
-ANSWER = (
-    "The test races on the temp dir: two workers share /tmp/data.bin. A per-test directory fixes it.\n"
-    "```python\ndef make_tmp(tmp_path_factory):\n    base = tmp_path_factory.mktemp(\"io\")\n"
-    "    return base / \"data.bin\"\n```\n"
-)
-DIFF_FIX = "------- SEARCH\npath = \"/tmp/data.bin\"\n=======\npath = make_tmp(factory)\n+++++++ REPLACE"
+MODEL_NAMES = {"smollm2": "SmolLM2-135M-Instruct (Q4_1 GGUF)", "tiny": "a tiny random-weight test model"}
 
 
-class FakeFleet:
-    """Just enough of the fleet's surface for the bridge: its two signals and queries."""
+def machine() -> str:
+    """The machine in words: cores, CPU, memory, GPU (what a reader needs to weigh the figures)."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        mem_kib = int(next(ln for ln in Path("/proc/meminfo").read_text().splitlines()
+                           if ln.startswith("MemTotal")).split()[1])
+        mem = f", {mem_kib / 1024 / 1024:.0f} GiB"
+    except (OSError, StopIteration, ValueError):
+        mem = ""
+    from workstation.telemetry.nvml import NvmlReader
 
-    changed = Signal(object)
-    agent_event = Signal(object)
-
-    def __init__(self) -> None:
-        self.summaries: list[fe.SessionSummary] = []
-
-    def sessions(self) -> list[fe.SessionSummary]:
-        return list(self.summaries)
-
-    async def transcript(self, session_id: str) -> list:
-        return []
-
-    def pending_approvals(self) -> list:
-        return []
-
-
-def script(fleet: FakeFleet, index: int, state: S) -> None:
-    name, repo, task = TASKS[index % len(TASKS)]
-    sid = f"s{index:02d}"
-    name = f"{name}-{index + 1}" if index >= len(TASKS) else name
-    summary = fe.SessionSummary(
-        session_id=sid, name=name, state=S.QUEUED, task=task, repo_path=f"/home/dev/{repo}",
-        worktree_path="", branch=f"ws/{name}", base_branch="main", mode="act", endpoint_name="managed:smollm2",
-        prompt_tokens=900 + 37 * index, completion_tokens=200 + 53 * index,
-    )
-    fleet.summaries.append(summary)
-    fleet.changed.emit(fe.SessionCreated(summary))
-    seq = iter(range(1, 1000))
-
-    def emit(event: object) -> None:
-        fleet.agent_event.emit(fe.SessionAgentEvent(sid, next(seq), event))
-
-    def tool(call: str, tool_name: str, args: dict, summary_text: str, status: str = "ok", result: str = "") -> None:
-        emit(ev.ToolCallStarted(sid, call, tool_name, args, summary_text))
-        emit(ev.ToolCallFinished(sid, call, tool_name, status, result or "ok"))
-
-    if state is S.QUEUED:
-        return
-    fleet.changed.emit(fe.SessionStateChanged(sid, S.QUEUED, S.RUNNING))
-    tool("c1", "read_file", {"path": "tests/test_io.py"}, "read_file tests/test_io.py", result="…")
-    tool("c2", "search_files", {"path": ".", "regex": "tmp"}, "search_files /tmp/ in .")
-    for piece in ANSWER[: 90 + 40 * (index % 5)].split(" "):
-        emit(ev.TextStreamed(sid, 1, piece + " "))
-    emit(ev.TurnFinished(sid, 1, "tool_calls", "", 1))
-    tool("c3", "replace_in_file", {"path": "io.py", "diff": DIFF_FIX}, "replace_in_file io.py")
-    if state in (S.RUNNING, S.PAUSED):
-        tool("c4", "execute_command", {"command": "pytest -q tests/test_io.py"}, "$ pytest -q tests/test_io.py",
-             result="4 passed in 0.31s")
-        for piece in "All four tests pass now. Next I check the other callers of the old path".split(" "):
-            emit(ev.TextStreamed(sid, 2, piece + " "))
-    if state is S.AWAITING_APPROVAL:
-        emit(ev.ApprovalRequested(sid, f"r{index}", "c5", "execute_command", "command",
-                                  {"command": "pytest -q"}, "$ pytest -q", "command actions need approval"))
-    if state is S.DONE:
-        emit(ev.TaskCompleted(sid, "Per-test temp dirs; the race is gone."))
-    if state is S.FAILED:
-        emit(ev.ErrorOccurred(sid, "the engine answered HTTP 500 three times; giving up"))
-    if state is S.NEEDS_INPUT:
-        emit(ev.QuestionAsked(sid, "c6", "Should the flag also skip network calls?", ("yes", "no")))
-    if state is not S.RUNNING:
-        fleet.changed.emit(fe.SessionStateChanged(sid, S.RUNNING, state, ""))
-    fleet.changed.emit(fe.SessionStatsChanged(sid, summary.prompt_tokens, summary.completion_tokens, 0,
-                                              0.0 if state is not S.RUNNING else 35.0 + (index * 7) % 20))
+    reader = NvmlReader()
+    reader.open()
+    snapshot = reader.read()
+    reader.close()
+    gpu = ", ".join(d.name for d in snapshot.devices) if snapshot.devices else "no GPU"
+    return f"{os.cpu_count()} cores ({cpu}){mem}, {gpu}"
 
 
-async def shoot(theme_name: str, args: argparse.Namespace) -> None:
+def fresh_settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from workstation.config import load_settings
+
+    real = load_settings()
+    data = Path(tempfile.mkdtemp(prefix="workstation-shots-"))
+    for part in ("engine", "models"):
+        if (real.data_dir / part).exists():
+            (data / part).symlink_to(real.data_dir / part)
+    engine = real.engine.model_copy(update={"model": args.model})
+    if args.endpoint:
+        engine = engine.model_copy(update={"external_url": args.endpoint, "external_api_key": args.api_key or "",
+                                           "external_model": args.model})
+    return real.model_copy(update={"data_dir": data, "engine": engine})
+
+
+async def wait_for(condition, timeout_s: float, what: str, run=None) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if run is not None and run.done():
+            raise SystemExit(f"make.py: the app stopped before {what}: {run.exception() or 'no error'}")
+        if time.monotonic() > deadline:
+            raise SystemExit(f"make.py: {what} did not happen within {timeout_s:.0f} s")
+        await asyncio.sleep(0.5)
+
+
+def grab(widget, name: str, out: Path) -> str:  # type: ignore[no-untyped-def]
+    path = out / name
+    widget.grab().save(str(path))
+    return name
+
+
+async def shoot(application, run, args: argparse.Namespace, out: Path) -> dict:  # type: ignore[no-untyped-def]
     from PySide6.QtWidgets import QApplication
 
-    from workstation.config import load_settings
-    from workstation.ui.bridge import FleetBridge
-    from workstation.ui.main_window import MainWindow
+    from workstation.core.session_state import SessionState as S
     from workstation.ui.theme import apply_theme
 
-    app = QApplication.instance()
-    apply_theme(app, theme_name)
-    settings = load_settings()
-    window = MainWindow(settings)
+    await wait_for(lambda: application.window is not None and application.engine is not None, 120, "the window", run)
+    window = application.window
     window.resize(1920, 1080)
-    window.show()
-    fleet = FakeFleet()
-    bridge = FleetBridge(fleet, window)
-    window.attach_bridge(bridge)
-    await bridge.load_existing()
-    meters = await start_meters(window, settings, args)
-    if args.engine_url:
-        from workstation.ui.backend import EngineView
-
-        window.set_engine_view(EngineView(state="external", model="smollm2", managed=False,
-                                          detail="an engine the app does not manage"))
-    for i, state in enumerate(STATES):
-        script(fleet, i, state)
-    bridge.slots_changed.emit(18, 3, 32)
-    await asyncio.sleep(3.5 if meters is not None else 0.3)
-    window.flush()
-    await asyncio.sleep(0.2)
-    window.grab().save(str(HERE / f"grid-32-{theme_name}.png"))
-    pane = window.panes["s21"]
-    window.show_focus(pane)
-    await asyncio.sleep(0.3)
-    window.focus.transcript.toggle(next(l for l in pane.doc.lines if l.text.startswith("✎")))
-    window.grab().save(str(HERE / f"focus-{theme_name}.png"))
+    await wait_for(lambda: application.engine.view().state in ("ready", "external"), 600, "the engine serving", run)
+    await application.ready.wait()
+    await wait_for(lambda: len(window.panes) >= args.sessions, 300, f"{args.sessions} sessions in the grid", run)
+    started = time.monotonic()
+    print(f"make.py: {len(window.panes)} sessions working; shooting in {args.seconds:.0f} s", file=sys.stderr)
+    await asyncio.sleep(args.seconds)
+    app = QApplication.instance()
+    window.set_per_page(32 if args.sessions > 16 else 16)
+    shots: list[str] = []
+    states = Counter(p.info.state.value for p in window.panes.values())
+    tokens = sum(p.info.tokens for p in window.panes.values())
+    for theme in ("light", "dark"):
+        apply_theme(app, theme)
+        window.flush()
+        await asyncio.sleep(1.0)
+        shots.append(grab(window, f"grid-32-{theme}.png", out))
+    # The focus view on the session with most to show: an approval with its diff, else the longest.
+    panes = list(window.panes.values())
+    waiting = [p for p in panes if p.info.state is S.AWAITING_APPROVAL]
+    pane = max(waiting or panes, key=lambda p: len(p.doc.lines))
+    for theme in ("dark", "light"):
+        apply_theme(app, theme)
+        window.show_focus(pane)
+        window.flush()
+        await asyncio.sleep(1.0)
+        shots.append(grab(window, f"focus-{theme}.png", out))
     window.show_grid()
-    if theme_name == "dark":
-        window.engine_dock.set_log([f"INFO 12:0{i} [api_server.py] Route: /v1/chat/completions" for i in range(8)])
-        window.engine_dock.show()
-        if getattr(window, "meters_dock", None) is not None:
-            window.meters_dock.show()
-            window.meters_dock.redraw()
-        await asyncio.sleep(0.3)
-        window.grab().save(str(HERE / "docks-dark.png"))
-        window.engine_dock.hide()
-        if getattr(window, "meters_dock", None) is not None:
-            window.meters_dock.hide()
-        window.commands = bridge  # anything with endpoint_names / recent_repositories
-        bridge.endpoint_names = lambda: ["managed:smollm2"]  # type: ignore[attr-defined]
-        bridge.recent_repositories = lambda: ["/home/dev/repo-a", "/home/dev/repo-b"]  # type: ignore[attr-defined]
-        window.open_new_session("/nonexistent/repo")
-        dialog = window.new_session_dialog
-        dialog.task.setPlainText("Fix the flaky test in tests/test_io.py")
-        await asyncio.sleep(0.2)
-        dialog.grab().save(str(HERE / "new-session-dark.png"))
+    apply_theme(app, "dark")
+    window.engine_dock.show()
+    if window.meters_dock is not None:
+        window.meters_dock.show()
+    await asyncio.sleep(2.0)
+    shots.append(grab(window, "docks-dark.png", out))
+    window.engine_dock.hide()
+    if window.meters_dock is not None:
+        window.meters_dock.hide()
+    window.tuning_dock.show()
+    await asyncio.sleep(1.0)
+    shots.append(grab(window, "tuning-dock.png", out))
+    window.tuning_dock.hide()
+    window.open_new_session("")
+    dialog = window.new_session_dialog
+    await asyncio.sleep(1.0)
+    if dialog is not None:
+        dialog.task.setPlainText("Fix the failing test in tests/test_calc.py")
+        await asyncio.sleep(0.5)
+        shots.append(grab(dialog, "new-session-dark.png", out))
         dialog.reject()
-    if meters is not None:
-        await meters.aclose()
-    bridge.close()
-    window.allow_close()
-    window.close()
+    view = application.engine.view()
+    return {
+        "shots": shots, "sessions": len(panes), "states": dict(states), "tokens": tokens,
+        "seconds_working": round(time.monotonic() - started, 1), "focus_session": pane.info.name,
+        "focus_state": pane.info.state.value,
+        "model": MODEL_NAMES.get(args.model, args.model), "engine": f"{view.state}: {view.detail}".strip(": "),
+        "endpoint": "external" if args.endpoint else "managed",
+        "machine": machine(), "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
 
 
-async def start_meters(window, settings, args):  # type: ignore[no-untyped-def]
-    try:
-        from workstation.telemetry.meters import Meters
-    except ImportError:
-        return None
-    from workstation.core.endpoints import Endpoint
-    from workstation.engine.http import make_http_client
-    from workstation.ui.meters.install import install_meters
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=90.0, help="how long the sessions work before the shots")
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--endpoint", help="a running OpenAI-compatible engine instead of the managed one")
+    parser.add_argument("--api-key")
+    parser.add_argument("--out", type=Path, default=HERE)
+    args = parser.parse_args(argv)
 
-    endpoints = []
-    if args.engine_url:
-        endpoints = [Endpoint(args.engine_url, args.engine_key or "", "smollm2", name="engine")]
-    meters = Meters.from_settings(settings, make_http_client(), endpoints=endpoints)
-    install_meters(window, meters, None)
-    await meters.start()
-    return meters
-
-
-def main() -> int:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--engine-url")
-    parser.add_argument("--engine-key")
-    args = parser.parse_args()
-    os.environ["WORKSTATION_DATA_DIR"] = tempfile.mkdtemp(prefix="ws-shots-")
     from PySide6.QtWidgets import QApplication
 
-    from workstation.app import make_event_loop
+    from workstation.app import Application, DemoRequest
+    from workstation.ui.event_loop import make_event_loop
+    from workstation.ui.theme import apply_theme
 
-    app = QApplication(sys.argv[:1])
+    from workstation.logging_setup import setup_logging
+
+    settings = fresh_settings(args)
+    setup_logging()
+    app = QApplication.instance() or QApplication(sys.argv[:1])
+    apply_theme(app, "dark")
     loop = make_event_loop(app)
+    application = Application(settings, demo=DemoRequest(sessions=args.sessions))
+    result: dict = {}
+
+    async def both() -> int:
+        run = asyncio.ensure_future(application.run())
+        try:
+            result.update(await shoot(application, run, args, args.out))
+        finally:
+            application.request_shutdown("(screenshots taken)")
+        return await run
+
     with loop:
-        for theme_name in ("light", "dark"):
-            loop.run_until_complete(shoot(theme_name, args))
-    print("\n".join(sorted(str(p.relative_to(ROOT)) for p in HERE.glob("*.png"))))
-    return 0
+        code = loop.run_until_complete(both())
+    (args.out / "captions.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result))
+    return code
 
 
 if __name__ == "__main__":
