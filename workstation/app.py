@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from workstation.services import Services
     from workstation.telemetry.meters import Meters
     from workstation.telemetry.nvml import GpuSnapshot
+    from workstation.tuning.live_jobs import LiveJobs
+    from workstation.tuning.store import TuningStore
     from workstation.ui.bridge import FleetBridge
     from workstation.ui.engine_adapter import EngineAdapter
     from workstation.ui.main_window import MainWindow
@@ -249,12 +251,23 @@ class Application:
             note=(view.model or None) if view is not None else None,
         )
 
+    def _live_jobs(self, store: TuningStore) -> LiveJobs:
+        """Capture and Bench against whatever engine serves when the job starts."""
+        from workstation.engine.environment import find_engine
+        from workstation.tuning.live_jobs import LiveJobs
+
+        assert self.services is not None and self.engine is not None and self.http is not None
+        host = self.engine.host
+        return LiveJobs(self.http, endpoint=lambda: host.get(), store=store, fleets=self.services.fleet,
+                        engine=lambda: find_engine(self.settings))
+
     def _install_tuning(self) -> None:
         """The Tuning dock's checks and the live engine's safe switch. Only an engine the app
         started can be switched; the engine's owner moves sessions and meters to the new one."""
         assert self.window is not None and self.services is not None and self.engine is not None
         dock = self.window.tuning_dock
         host = self.engine.host
+        dock.jobs.set_jobs(self._live_jobs(dock.store))
         switch = self.services.live_switch()
         if switch is None or host.launcher is None:
             external = host.external

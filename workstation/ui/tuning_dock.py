@@ -52,7 +52,8 @@ from workstation.tuning.store import TuningStore  # noqa: E402
 from workstation.tuning.switch import SwitchPhase, SwitchReport  # noqa: E402
 from workstation.ui import theme  # noqa: E402
 from workstation.ui.icons_fallback import safe_icon  # noqa: E402
-from workstation.ui.tasks import TaskOwner  # noqa: E402
+from workstation.ui.tasks import TaskOwner
+from workstation.ui.tuning_jobs import TuningJobs  # noqa: E402
 from workstation.ui.tuning_views import ResultsView, ShapesView, plain_label  # noqa: E402
 
 Checker = Callable[[Profile, Mapping[str, Profile]], CheckReport]
@@ -125,7 +126,14 @@ class TuningDock(QDockWidget):
         self.refresh_button.setToolTip("Read profiles, shapes and results from the data folder again")
         self.refresh_button.clicked.connect(self.refresh)
         self.tabs.setCornerWidget(self.refresh_button)
-        self.setWidget(self.tabs)
+        self.jobs = TuningJobs(self.tasks)  # Capture and Bench, with progress and Cancel
+        self.jobs.finished.connect(lambda _said, made: self.refresh() if made else None)
+        body = QWidget()
+        column = QVBoxLayout(body)
+        column.setContentsMargins(0, 0, 0, 0)
+        column.addWidget(self.jobs)
+        column.addWidget(self.tabs, 1)
+        self.setWidget(body)
         self.setMinimumHeight(300)
         self._update_switch_button()
 
