@@ -8,7 +8,13 @@ so after a restart (new port, new key) or a switch they all use the new engine. 
 engine dock is one more view of it; the verbs start it and the service factory stops it.
 
 The endpoints it knows are a registry by name with the live one as the default
-(:meth:`endpoints`, :meth:`get`); today that is the live one alone.
+(:meth:`endpoints`, :meth:`get`): the live one, the *replicas* — more managed engines of the
+same model placed on GPUs or cores of their own (``core/replicas.py``; started, stopped and
+restarted with the live one) — and further external endpoints the settings name (a vLLM
+production-stack or llm-d router). ``endpoint_joined`` announces each one that serves
+besides the live one, so the fleet routes sessions to it and the meters scrape it. A
+replica that dies is not restarted here: the fleet drains it and moves its sessions
+(``fleet/failover.py``). A safe switch replaces the live engine only.
 
 :class:`Launchers` is the one place a managed engine is made from the settings: the live one,
 a switch's new one, the tuning lab's trial engines, the benchmarks'.
@@ -16,8 +22,10 @@ a switch's new one, the tuning lab's trial engines, the benchmarks'.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,6 +35,7 @@ from workstation.config import Settings
 from workstation.core.endpoints import Endpoint
 from workstation.core.errors import UserError
 from workstation.core.profiles import PRESETS, Profile
+from workstation.core.replicas import ReplicaPlan
 from workstation.engine.environment import EngineInstall
 from workstation.engine.launcher import EngineLauncher, EngineState
 from workstation.engine.models import ModelSpec
@@ -57,16 +66,21 @@ class Launchers:
     def __call__(self, profile: str | Profile | None = None, env: Mapping[str, str] | None = None, *,
                  port: int | None = None, log_dir: Path | None = None, log_subdir: str = "",
                  sessions: int | None = None, gpu_memory: Callable[[], list[Any]] | None = None,
-                 extra_args: list[str] | None = None) -> EngineLauncher:
+                 extra_args: list[str] | None = None, name: str | None = None,
+                 add_args: tuple[str, ...] | list[str] = ()) -> EngineLauncher:
         """An engine with ``profile`` (default: the settings'), extra ``env``, ``port`` (None:
         the settings'; 0: a free one), its log in ``log_dir`` (default: the logs folder, or
-        ``log_subdir`` inside it); ``sessions``, ``gpu_memory`` and ``extra_args`` as
-        :class:`EngineLauncher` takes them (the sizing of a CUDA profile, a trial's flags)."""
+        ``log_subdir`` inside it); ``sessions``, ``gpu_memory``, ``extra_args`` and ``name`` as
+        :class:`EngineLauncher` takes them (the sizing of a CUDA profile, a trial's flags, a
+        replica's endpoint name); ``add_args`` come after the settings' (a replica's tensor
+        parallelism)."""
         if log_dir is None and log_subdir:
             log_dir = self.settings.logs_dir / log_subdir
+        if add_args:
+            extra_args = [*(self.settings.engine.extra_args if extra_args is None else extra_args), *add_args]
         return EngineLauncher(self.settings, self.install, self.model, log_dir=log_dir, profile=profile,
                               port=port, env=dict(env or {}), sessions=sessions, gpu_memory=gpu_memory,
-                              extra_args=extra_args)
+                              extra_args=extra_args, name=name)
 
 
 class ManagedEngine(Protocol):
@@ -80,6 +94,8 @@ class ManagedEngine(Protocol):
     log_line: Any
     log_tail: Any
     extra_env: dict[str, str]
+    name: str
+    """Its endpoint's name."""
 
     @property
     def endpoint(self) -> Endpoint: ...
@@ -111,18 +127,39 @@ class EngineHost:
     log_line = Signal(str)
     launcher_changed = Signal(object)
     """Another managed engine serves now (a switch): its pid, profile and log are new."""
+    endpoint_joined = Signal(object)
+    """An endpoint serves besides the live one: a replica that became ready (or came back
+    on a new port and key), or an extra external endpoint."""
 
     def __init__(self, *, launchers: LauncherFactory | None = None, external: Endpoint | None = None,
-                 profile: str | Profile | None = None) -> None:
+                 profile: str | Profile | None = None, replicas: Sequence[ReplicaPlan] = (),
+                 extra: Sequence[Endpoint] = ()) -> None:
+        """``replicas``: where each managed engine runs (the first is the live one; more than
+        one plan makes replicas); ``extra``: external endpoints served besides."""
         if (launchers is None) == (external is None):
             raise ValueError("an engine host holds a managed engine or an external endpoint")
         self.launchers = launchers
         self.external = external
+        self.extra = tuple(extra)
         self.detail = ""
         self._launcher: ManagedEngine | None = None
         self._published: Endpoint | None = None
+        self._replicas: list[ManagedEngine] = []
         if launchers is not None:
-            self._wire(launchers(profile))
+            first = replicas[0] if replicas else None
+            if first is None or (not first.env and not first.args):
+                self._wire(launchers(profile))
+            else:
+                self._wire(launchers(profile, first.env, add_args=first.args))
+            base = getattr(self._launcher, "name", "managed")
+            for plan in replicas[1:]:
+                replica = launchers(profile, plan.env, port=0, log_subdir=f"engine{plan.suffix}",
+                                    add_args=plan.args, name=f"{base}{plan.suffix}")
+                replica.state_changed.connect(functools.partial(self._on_replica_state, replica))
+                self._replicas.append(replica)
+        names = self.names()
+        if len(set(names)) != len(names):
+            raise UserError(f"engine endpoint names must be unique: {', '.join(names)}")
 
     # ----- what serves -----
     @property
@@ -149,10 +186,22 @@ class EngineHost:
         """The managed engine's process (its tree is marked on the GPU cards); None otherwise."""
         return self._launcher.pid if self._launcher is not None else None
 
+    @property
+    def replicas(self) -> tuple[ManagedEngine, ...]:
+        """The managed engines besides the live one."""
+        return tuple(self._replicas)
+
     def endpoints(self) -> tuple[Endpoint, ...]:
-        """The endpoints this host serves, the live one first."""
+        """The endpoints this host serves now: the live one first, then the replicas that are
+        ready, then the extra external ones."""
         live = self.endpoint
-        return (live,) if live is not None else ()
+        ready = tuple(r.endpoint for r in self._replicas if r.state is EngineState.READY)
+        return ((live,) if live is not None else ()) + ready + self.extra
+
+    def names(self) -> list[str]:
+        """The name of every endpoint this host is set up to serve, serving or not."""
+        first = self.external.name if self.external is not None else getattr(self._launcher, "name", "managed")
+        return [first, *(getattr(r, "name", "replica") for r in self._replicas), *(e.name for e in self.extra)]
 
     def get(self, name: str | None = None) -> Endpoint:
         """The endpoint of that name (default: the live one), or a ``UserError``."""
@@ -166,6 +215,7 @@ class EngineHost:
         """Start the managed engine (with ``profile``, when given); the external endpoint as is."""
         if self.external is not None:
             self._publish()
+            self._announce_extra()
             return self.external
         launcher = self._require_launcher()
         self._set_profile(profile)
@@ -177,9 +227,38 @@ class EngineHost:
             raise
         finally:
             self._publish()
+        await self._start_replicas(progress)
+        self._announce_extra()
         return launcher.endpoint
 
+    async def _start_replicas(self, progress: Progress | None) -> None:
+        """Start the replicas together; one that fails is logged and left out (the others
+        serve)."""
+        for replica in self._replicas:
+            replica.profile = self._require_launcher().profile
+        results = await asyncio.gather(*(r.start(progress) for r in self._replicas), return_exceptions=True)
+        for replica, result in zip(self._replicas, results):
+            if isinstance(result, BaseException):
+                if not isinstance(result, Exception):
+                    raise result
+                log.warning("engine replica %s did not start: %s", getattr(replica, "name", "?"), result)
+                if progress is not None:
+                    progress(f"replica {getattr(replica, 'name', '?')} did not start: {str(result).splitlines()[0]}")
+
+    def _announce_extra(self) -> None:
+        for endpoint in self.extra:
+            self.endpoint_joined.emit(endpoint)
+
+    def _on_replica_state(self, replica: ManagedEngine, state: Any, _detail: str) -> None:
+        if state is EngineState.READY:
+            self.endpoint_joined.emit(replica.endpoint)
+
     async def stop(self) -> None:
+        for replica in self._replicas:
+            try:
+                await replica.stop()
+            except Exception:  # noqa: BLE001 - the live engine must stop anyway
+                log.exception("stopping engine replica %s failed", getattr(replica, "name", "?"))
         if self._launcher is not None:
             try:
                 await self._launcher.stop()

@@ -140,25 +140,28 @@ class EngineLauncher:
         env: dict[str, str] | None = None,
         gpu_memory: Callable[[], list[GpuMemory]] | None = None,
         sessions: int | None = None,
+        name: str | None = None,
     ) -> None:
         """``gpu_memory``: reads the engine's GPUs' memory before a CUDA start (default: one
-        NVML read); ``sessions``: how many sessions the sizing plans for (default: the fleet's
-        ``max_generating``)."""
+        NVML read of the GPUs its ``CUDA_VISIBLE_DEVICES`` shows it); ``sessions``: how many
+        sessions the sizing plans for (default: the fleet's ``max_generating``); ``name``:
+        its endpoint's name (default ``managed:<model>``; several engines need one each)."""
         self.settings = settings
         self.engine = engine
         self.model = model
         self.log_dir = log_dir or settings.logs_dir
-        name = profile or settings.engine.profile
-        if isinstance(name, Profile):
-            self.profile = name
+        chosen = profile or settings.engine.profile
+        if isinstance(chosen, Profile):
+            self.profile = chosen
         else:
-            if name not in PRESETS:
-                raise UserError(f"unknown engine profile '{name}' (known: {', '.join(PRESETS)})")
-            self.profile = PRESETS[name]
+            if chosen not in PRESETS:
+                raise UserError(f"unknown engine profile '{chosen}' (known: {', '.join(PRESETS)})")
+            self.profile = PRESETS[chosen]
         self.extra_args = list(extra_args or settings.engine.extra_args)
         self.requested_port = port if port is not None else settings.engine.port
         self.extra_env = dict(env or {})
         self.sessions = sessions if sessions is not None else settings.fleet.max_generating
+        self.name = name or f"managed:{model.served_name}"
         self._gpu_memory = gpu_memory
         self.sizing: Sizing | None = None
         """What the last start sized (CUDA only)."""
@@ -182,7 +185,7 @@ class EngineLauncher:
             base_url=f"http://{self.settings.engine.host}:{self.port}",
             api_key=self._api_key,
             model=self.model.served_name,
-            name=f"managed:{self.model.served_name}",
+            name=self.name,
             managed=True,
             native_tools=self.tool_call_parser() is not None,
         )
@@ -218,7 +221,7 @@ class EngineLauncher:
         if self._gpu_memory is None:
             from workstation.engine.gpu_memory import read_gpu_memory
 
-            gpus = read_gpu_memory()
+            gpus = read_gpu_memory(env={**os.environ, **self.extra_env})  # the GPUs it will see
         else:
             gpus = self._gpu_memory()
         weights = None
