@@ -38,6 +38,21 @@ def default_data_dir() -> Path:
     return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
 
 
+class EndpointSettings(BaseModel):
+    """An OpenAI-compatible endpoint sessions are spread over besides the engine (a vLLM
+    production-stack or llm-d router, another machine's vLLM)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    """Its name in the window and in each session's record (unique)."""
+    url: str
+    """Its root URL (``/v1`` may be given or not)."""
+    api_key: str = ""
+    model: str | None = None
+    """Model to request (default: the first it lists)."""
+
+
 class EngineSettings(BaseSettings):
     """How the app finds and launches the vLLM engine."""
 
@@ -85,6 +100,15 @@ class EngineSettings(BaseSettings):
     """API key for ``external_url``."""
     external_model: str | None = None
     """Model name to request from ``external_url`` (default: the first it lists)."""
+    replicas: int = Field(default=1, ge=0)
+    """Managed engines of the model to run: each on ``gpus_per_engine`` GPUs of its own
+    (``CUDA_VISIBLE_DEVICES``), or on the CPU on cores of its own; 0: as many as the GPUs
+    allow. Sessions are spread over them; each session stays on its engine."""
+    gpus_per_engine: int = Field(default=1, ge=1)
+    """GPUs per managed engine; more than one serves tensor-parallel across them."""
+    endpoints: list[EndpointSettings] = Field(default_factory=list)
+    """Further OpenAI-compatible endpoints sessions are spread over (new sessions go to the
+    least loaded; one that stops answering is drained and its sessions move)."""
 
 
 class FleetSettings(BaseSettings):
@@ -93,7 +117,14 @@ class FleetSettings(BaseSettings):
     model_config = SettingsConfigDict(extra="ignore")
 
     max_generating: int = 32
-    """Sessions allowed to generate at once; more wait in a fair queue."""
+    """Sessions allowed to generate at once; more wait in a fair queue. With adaptive
+    admission this is the ceiling."""
+    admission: Literal["adaptive", "fixed"] = "adaptive"
+    """``adaptive``: how many sessions generate at once on each engine follows what the engine
+    reports (KV-cache use, requests queued inside it, recent time to first token), up to
+    ``max_generating``; ``fixed``: ``max_generating`` alone."""
+    ttft_target_s: float = Field(default=2.0, gt=0)
+    """Adaptive admission's target: time to first token, p95 over the last seconds."""
     port_range_start: int = 24000
     """First port of the range session port blocks are taken from (below Linux's ephemeral
     range, so an outgoing connection never takes a port a session was given)."""

@@ -11,9 +11,13 @@ verb and the benchmarks — so a setting (the sandbox!) is honoured everywhere o
         ...
 
 :meth:`Services.aclose` shuts down what it built in stages — stop accepting work (fleets end
-their agents) → meters → the engine → the stream worker → the HTTP client — and logs every stage that fails
-instead of hiding it. Whatever follows the live engine is wired here: after a restart or a
-safe switch the fleet's router and the meters' scraper and engine pid use the new engine.
+their agents) → meters → the engines' scrapers → the engine → the stream worker → the HTTP
+client — and logs every stage that fails instead of hiding it. Whatever follows the live
+engine is wired here: after a restart or a safe switch the fleet's router and the meters'
+scraper and engine pid use the new engine. Every engine's ``/metrics`` is scraped once
+(:meth:`engine_scrapers`) for every reader: the meters chart it, each fleet's adaptive
+admission steers by it. The paid API the cost panel compares against is the one sessions'
+costs and budgets use.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -30,8 +36,11 @@ import httpx
 
 from workstation.agent.sandbox import SandboxPolicy
 from workstation.config import Settings
+from workstation.core.admission_limit import AdmissionTarget
+from workstation.core.cost import ApiPrice
 from workstation.core.endpoints import Endpoint
 from workstation.core.errors import UserError
+from workstation.core.replicas import PlacementError, ReplicaPlan, plan_replicas
 from workstation.engine.chat_client import ChatClient
 from workstation.engine.host import EngineHost, Launchers
 from workstation.engine.http import make_http_client
@@ -40,6 +49,7 @@ from workstation.fleet import Fleet, real_agent_factory
 from workstation.fleet.agent_bridge import AgentFactory
 from workstation.fleet.bootstrap import BootstrapOptions
 from workstation.telemetry.meters import Meters
+from workstation.telemetry.scrapers import ScraperSet
 from workstation.tuning.live_switch import LiveSwitch, plan_beside
 from workstation.tuning.placement import Placement
 
@@ -62,6 +72,10 @@ class Services:
         self._meters: list[Meters] = []
         self._followers: list[EndpointFollower] = []
         self._streams: StreamWorker | None = None
+        self._scrapers: ScraperSet | None = None
+        self._following: list[Fleet] = []
+        """Fleets on the engine's endpoints (they follow restarts, switches and replicas)."""
+        self._api_price: ApiPrice | None | object = ...  # ...: the settings' until the panel picks one
         if engine is not None:
             self._follow_engine(engine)
 
@@ -114,15 +128,36 @@ class Services:
             return self._engine
         from workstation.engine.acquire import external_endpoint
 
-        url = url or self.settings.engine.external_url
+        es = self.settings.engine
+        url = url or es.external_url
+        extra = [replace(await external_endpoint(e.url, e.api_key, e.model), name=e.name) for e in es.endpoints]
         if url:
-            key = api_key or self.settings.engine.external_api_key or ""
-            host = EngineHost(external=await external_endpoint(url, key, model or self.settings.engine.external_model))
+            key = api_key or es.external_api_key or ""
+            host = EngineHost(external=await external_endpoint(url, key, model or es.external_model), extra=extra)
         else:
-            host = EngineHost(launchers=self.launchers(model=model), profile=profile or self.settings.engine.profile)
+            launchers = self.launchers(model=model)
+            host = EngineHost(launchers=launchers, profile=profile or es.profile, extra=extra,
+                              replicas=await self._replica_plans(launchers.install.platform))
         self._engine = host
         self._follow_engine(host)
         return host
+
+    async def _replica_plans(self, platform: str) -> list[ReplicaPlan]:
+        """Where each managed engine runs (``engine.replicas``, ``gpus_per_engine``), from the
+        GPUs NVML lists (read off the loop) or the CPU count."""
+        es = self.settings.engine
+        if es.replicas == 1 and es.gpus_per_engine == 1:
+            return []
+        gpus: list[int] = []
+        if platform != "cpu":
+            from workstation.engine.gpu_memory import read_gpu_memory
+
+            gpus = [g.index for g in await asyncio.to_thread(read_gpu_memory)]
+        try:
+            return plan_replicas(platform, replicas=es.replicas, gpus_per_engine=es.gpus_per_engine,
+                                 gpu_indices=gpus, cpu_count=os.cpu_count() or 1)
+        except PlacementError as exc:
+            raise UserError(str(exc), hint="lower engine.replicas or engine.gpus_per_engine") from None
 
     def follow_endpoint(self, follower: EndpointFollower) -> None:
         """Call ``follower(endpoint)`` whenever the live engine's endpoint changes (a restart,
@@ -132,6 +167,15 @@ class Services:
     def _follow_engine(self, host: EngineHost) -> None:
         host.endpoint_changed.connect(self._on_endpoint_changed)
         host.launcher_changed.connect(self._on_launcher_changed)
+        host.endpoint_joined.connect(self._on_endpoint_joined)
+
+    def _on_endpoint_joined(self, endpoint: Endpoint) -> None:
+        """Another endpoint serves (a replica, an extra endpoint): fleets that follow the
+        engine route sessions to it, and it is scraped like the live one."""
+        for fleet in self._following:
+            fleet.update_endpoint(endpoint)
+        if self._scrapers is not None:
+            self._scrapers.add(endpoint)
 
     def _on_endpoint_changed(self, endpoint: Endpoint | None) -> None:
         if endpoint is None:
@@ -144,6 +188,31 @@ class Services:
         pid = self._engine.pid if self._engine is not None else None
         for meters in self._meters:
             meters.set_engine_pid(pid)
+
+    # ----- the engines' /metrics -----
+    def engine_scrapers(self, *, interval_s: float | None = None) -> ScraperSet:
+        """The one set of ``/metrics`` scrapers every reader shares (the meters, each fleet's
+        admission), following the live engine; made once."""
+        if self._scrapers is None:
+            self._scrapers = ScraperSet(self.http, interval_s=interval_s or self.settings.telemetry.metrics_interval_s)
+            for endpoint in self._engine.endpoints() if self._engine is not None else ():
+                self._scrapers.add(endpoint)
+            self.follow_endpoint(self._scrapers.follow)
+        return self._scrapers
+
+    def api_price(self) -> ApiPrice | None:
+        """The paid API that costs are counted at: the cost panel's choice, else the settings'."""
+        if self._api_price is ...:
+            from workstation.telemetry.prices import load_price_table
+
+            name = self.settings.telemetry.api_price_model
+            self._api_price = load_price_table(self.settings.data_dir).find(name) if name else None
+        return self._api_price  # type: ignore[return-value]
+
+    def _on_api_price(self, price: ApiPrice | None) -> None:
+        self._api_price = price
+        for fleet in self._fleets:
+            fleet.scheduling.set_price(price)
 
     def _require_engine(self) -> EngineHost:
         if self._engine is None:
@@ -167,19 +236,30 @@ class Services:
         """A fleet on ``endpoints`` (default: the live engine's, followed across restarts and
         switches) with its store and worktrees under ``data_dir`` (default: the settings');
         its agents, worktree set-ups, dev servers and merges run under ``settings.sandbox`` (or
-        ``sandbox``, a benchmark's own), its worktrees bootstrap and get ports as ``settings`` say."""
+        ``sandbox``, a benchmark's own), its worktrees bootstrap and get ports as ``settings`` say;
+        its admission reads the shared scrapers of its endpoints (``settings.fleet.admission``,
+        ``ttft_target_s``) and its sessions' costs use :meth:`api_price`."""
         follow = endpoints is None
         if endpoints is None:
             endpoints = self._require_engine().endpoints()
+        fs = self.settings.fleet
         fleet = Fleet(
             data_dir=data_dir or self.settings.data_dir, endpoints=list(endpoints),
             agent_factory=agent_factory or self.agent_factory(), http=self.http,
-            max_generating=max_generating or self.settings.fleet.max_generating,
+            max_generating=max_generating or fs.max_generating,
             resume_on_start=resume_on_start, store_path=store_path, engine_poll_s=engine_poll_s,
             sandbox=sandbox or self.sandbox_policy(), bootstrap=BootstrapOptions.from_settings(self.settings),
+            adaptive=fs.admission == "adaptive", target=AdmissionTarget(ttft_p95_s=fs.ttft_target_s),
+            price=self.api_price(),
         )
         if follow:
             self.follow_endpoint(fleet.update_endpoint)
+            self._following.append(fleet)
+        scrapers = self.engine_scrapers()
+        for endpoint in endpoints:
+            scrapers.add(endpoint)
+        scrapers.sampled.connect(fleet.scheduling.observe_engine)
+        scrapers.start_soon()
         self._fleets.append(fleet)
         return fleet
 
@@ -188,12 +268,15 @@ class Services:
         """Every meter from the settings; the engine meters scrape ``endpoints`` (default: the
         live engine's, followed across restarts and switches, its pid marked on the GPU cards)."""
         follow = endpoints is None and self._engine is not None
-        if endpoints is None:
-            endpoints = self._engine.endpoints() if self._engine is not None else ()
-        meters = Meters.from_settings(self.settings, self.http, endpoints=list(endpoints), **kwargs)
-        if follow:
+        if follow:  # the shared scrapers follow the live engine themselves
+            scrapers = self.engine_scrapers(interval_s=kwargs.get("metrics_interval_s"))
+            meters = Meters.from_settings(self.settings, self.http, scrapers=scrapers, **kwargs)
             meters.set_engine_pid(self._engine.pid if self._engine is not None else None)
-            self.follow_endpoint(meters.follow)
+        else:
+            meters = Meters.from_settings(self.settings, self.http, endpoints=list(endpoints or ()), **kwargs)
+        if self._api_price is not ...:
+            meters.set_api_price(self._api_price.key if self._api_price is not None else None)  # type: ignore[union-attr]
+        meters.api_price_changed.connect(self._on_api_price)
         self._meters.append(meters)
         return meters
 
@@ -215,7 +298,10 @@ class Services:
         """The first stage of the shut-down alone: every fleet ends its agents (sessions keep
         their state, so the next start resumes them)."""
         fleets, self._fleets = self._fleets, []
+        self._following.clear()
         for fleet in reversed(fleets):
+            if self._scrapers is not None:
+                self._scrapers.sampled.disconnect(fleet.scheduling.observe_engine)
             with shutdown_stage("closing the fleet"):
                 await fleet.aclose()
 
@@ -227,6 +313,9 @@ class Services:
             with shutdown_stage("closing the meters"):
                 await meters.aclose()
         self._meters.clear()
+        if self._scrapers is not None:
+            with shutdown_stage("closing the engines' scrapers"):
+                await self._scrapers.aclose()
         if self._engine is not None and self._engine.managed:
             with shutdown_stage("stopping the engine"):
                 await self._engine.stop()

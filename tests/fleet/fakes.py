@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workstation.core import agent_events as ev
+from workstation.core.admission import SlotRefused
 from workstation.core.approvals import ToolCategory
 from workstation.fleet.agent_bridge import AgentSetup
 
@@ -79,7 +80,10 @@ class FakeAgent:
                 self._emit(ev.QuestionAsked(sid, f"q{step}", "which file?"))
                 return self._finish(ev.RunStatus.NEEDS_INPUT, "which file?")
             final = step == self.script.steps
-            await self._turn(step, final)
+            try:
+                await self._turn(step, final)
+            except SlotRefused as exc:  # as the real agent: the turn never started
+                return self._finish(exc.status, str(exc))
             if final:
                 self._emit(ev.TaskCompleted(sid, "done"))
                 return self._finish(ev.RunStatus.COMPLETED, "done")
@@ -95,12 +99,7 @@ class FakeAgent:
             try:
                 self._emit(ev.AgentStateChanged(sid, ev.AgentState.WAITING_SLOT, ev.AgentState.GENERATING))
                 self._emit(ev.TurnStarted(sid, step + 1))
-                for _ in range(self.script.tokens_per_turn):
-                    if not self.script.engine_ok(self.s):
-                        raise EngineDown("engine gone")
-                    self._emit(ev.TextStreamed(sid, step + 1, "x"))
-                    await asyncio.sleep(self.script.turn_s / max(1, self.script.tokens_per_turn))
-                self._emit(ev.UsageReported(sid, step + 1, 100, self.script.tokens_per_turn, 50, 0, 8192))
+                await self._generate(step + 1)
             finally:
                 self.script.inside[0] -= 1
         name = "attempt_completion" if final else "write_to_file"
@@ -109,6 +108,15 @@ class FakeAgent:
         self._append({"role": "assistant", "content": "",
                       "tool_calls": [{"id": f"c{step}", "type": "function",
                                       "function": {"name": name, "arguments": json.dumps(args)}}]})
+
+    async def _generate(self, turn: int) -> None:
+        sid = self.s.session_id
+        for _ in range(self.script.tokens_per_turn):
+            if not self.script.engine_ok(self.s):
+                raise EngineDown("engine gone")
+            self._emit(ev.TextStreamed(sid, turn, "x"))
+            await asyncio.sleep(self.script.turn_s / max(1, self.script.tokens_per_turn))
+        self._emit(ev.UsageReported(sid, turn, 100, self.script.tokens_per_turn, 50, 0, 8192))
 
     async def _tool(self, step: int) -> None:
         sid = self.s.session_id
@@ -138,5 +146,33 @@ class FakeAgent:
         return done
 
 
+class StreamingAgent(FakeAgent):
+    """The scripted agent whose model turns are real completions streamed from the
+    session's endpoint (a real engine): its steps stay deterministic, its traffic is real."""
+
+    def __init__(self, setup: AgentSetup, script: Script, http: Any) -> None:
+        from workstation.engine.chat_client import ChatClient
+
+        super().__init__(setup, script)
+        self.client = ChatClient(http, setup.endpoint, session_id=setup.session_id)
+
+    async def _generate(self, turn: int) -> None:
+        sid = self.s.session_id
+        prompt = [{"role": "user", "content": f"{self.s.task} (session {self.s.name}, turn {turn})"}]
+        usage = None
+        async for delta in self.client.stream_chat(prompt, max_tokens=self.script.tokens_per_turn,
+                                                   temperature=0.0, extra={"ignore_eos": True}):
+            if delta.content:
+                self._emit(ev.TextStreamed(sid, turn, delta.content))
+            usage = delta.usage or usage
+        assert usage is not None and usage.completion_tokens > 0
+        self._emit(ev.UsageReported(sid, turn, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
+                                    usage.total_tokens, 8192))
+
+
 def factory(script: Script) -> Callable[[AgentSetup], FakeAgent]:
     return lambda setup: FakeAgent(setup, script)
+
+
+def streaming_factory(script: Script, http: Any) -> Callable[[AgentSetup], FakeAgent]:
+    return lambda setup: StreamingAgent(setup, script, http)

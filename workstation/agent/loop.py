@@ -40,7 +40,7 @@ from workstation.agent.toolbox import Toolbox
 from workstation.agent.toolcalls import RawCall
 from workstation.agent.turn import condense, stream_turn
 from workstation.core import agent_events as ev
-from workstation.core.agent_events import AgentMode, AgentState, RunStatus, ToolProtocol
+from workstation.core.agent_events import AgentMode, AgentState, RunStatus, SlotRefused, ToolProtocol
 from workstation.core.approvals import ApprovalDecision, ApprovalRequest
 from workstation.core.errors import UserError
 from workstation.engine.chat_client import ChatClient, EngineHTTPError, EngineUnreachable, Usage
@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 Approver = Callable[[ApprovalRequest], Awaitable[ApprovalDecision]]
 """Decides one approval request; may take as long as a person needs."""
 SlotFactory = Callable[[], AbstractAsyncContextManager[Any]]
-"""Returns an async context manager held around each model turn (the fleet's cap)."""
+"""Returns an async context manager held around each model turn (the fleet's cap; it may refuse: SlotRefused)."""
 
 class Agent:
     """One coding agent working in ``root`` on ``task``. See the package docstring."""
@@ -182,8 +182,8 @@ class Agent:
                 task.uncancel()
                 self._repair_tail()
                 outcome = self._outcome(RunStatus.STOPPED, "stopped by the user")
-            except TurnFailed as exc:
-                outcome = self._outcome(RunStatus.FAILED, str(exc))
+            except (TurnFailed, SlotRefused) as exc:  # refused: the fleet holds the next turn back
+                outcome = self._outcome(exc.status if isinstance(exc, SlotRefused) else RunStatus.FAILED, str(exc))
             except Exception as exc:  # a bug must end this session, not the app
                 log.exception("agent %s crashed", self.session_id)
                 self._repair_tail()

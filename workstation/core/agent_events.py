@@ -75,6 +75,16 @@ class RunStatus(str, Enum):
     FAILED = "failed"
 
 
+class SlotRefused(Exception):
+    """The fleet will not start this session's next model turn: its budget is used up, or
+    its engine was drained and the session continues on another one. The agent ends its run
+    without starting the turn (its history stays whole) and reports ``status``."""
+
+    def __init__(self, message: str, *, status: RunStatus = RunStatus.STOPPED) -> None:
+        super().__init__(message)
+        self.status = status
+
+
 @dataclass(frozen=True, slots=True)
 class AgentStateChanged:
     session_id: str

@@ -46,6 +46,11 @@ class SessionSummary:
     """Why it is in the archive instead of the grid; empty while it is in the grid."""
     adapter: str = ""
     """The LoRA adapter its requests name; empty for the base model."""
+    cost_usd: float | None = None
+    """What its tokens would have cost at the chosen paid API (None: no price chosen)."""
+    budget_tokens: int | None = None
+    budget_usd: float | None = None
+    background: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +64,13 @@ class SessionStateChanged:
     old: SessionState
     new: SessionState
     reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSettingsChanged:
+    """A session's settings changed (background mark, budget)."""
+
+    summary: SessionSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +114,21 @@ class SessionStatsChanged:
     completion_tokens: int
     cached_tokens: int
     tokens_per_s: float
+    cost_usd: float | None = None
+    """Its tokens at the chosen paid API's prices (None: no price chosen)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FleetCostChanged:
+    """Every session's tokens together, and what they would have cost at the chosen paid API
+    (the same cost model as the meters: ``core/cost.py``)."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int
+    cost_usd: float | None
+    api_model: str | None
+    """``provider/model`` of the price used (None: no price chosen)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +165,34 @@ class GenerationSlotsChanged:
 
 
 @dataclass(frozen=True, slots=True)
+class SessionWaitChanged:
+    """Why a queued session waits changed ("engine full: KV 97 %", "fleet cap: 32 generating")."""
+
+    session_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionChanged:
+    """Adaptive admission moved an engine's limit, or its reason (at most once a scrape)."""
+
+    endpoint_name: str
+    limit: int
+    """Sessions that may generate on the engine at once now (never above the fleet's cap)."""
+    verdict: str
+    """``room``, ``full``, ``steady`` or ``blind`` (no readings: the cap applies)."""
+    reason: str
+    kv_usage_pct: float | None
+    waiting: int | None
+    """Requests queued inside the engine."""
+    ttft_p95_s: float | None
+    generating: int
+    """The fleet's sessions generating on the engine."""
+    queued: int
+    """The fleet's sessions waiting for a slot on it."""
+
+
+@dataclass(frozen=True, slots=True)
 class OrphanWorktree:
     """A worktree of the fleet's naming (branch ``ws/…``) that no session in the store owns."""
 
@@ -159,6 +214,16 @@ class EndpointAvailabilityChanged:
     endpoint_name: str
     available: bool
     message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SessionMoved:
+    """A session left an engine that stopped answering; it continues on another from its
+    stored history."""
+
+    session_id: str
+    from_endpoint: str
+    to_endpoint: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,12 +266,17 @@ FleetEvent = (
     | SessionArchived
     | SessionRenamed
     | SessionsMovedEndpoint
+    | SessionSettingsChanged
     | SessionStatsChanged
+    | FleetCostChanged
     | SessionAgentEvent
     | AttachProgress
     | GenerationSlotsChanged
+    | SessionWaitChanged
+    | AdmissionChanged
     | OrphanWorktreesFound
     | EndpointAvailabilityChanged
+    | SessionMoved
     | SessionIntegrated
     | SessionReadyChanged
     | DevServerChanged

@@ -9,6 +9,8 @@ emits :class:`workstation.core.fleet_events.SessionStateChanged` for every chang
         │          │        │   ╲    │ ▲ ╲
         ▼          ▼        ▼    ╲   ▼ │  ▶ AWAITING_APPROVAL / NEEDS_INPUT
       FAILED    STOPPED   PAUSED  ▶ ENGINE_WAIT (engine gone; back to QUEUED when it returns)
+                                     BUDGET_REACHED (its token or money budget is used up;
+                                                     back to QUEUED when the user raises it)
 
 ``QUEUED`` means "wants to generate, waiting for a slot" (the fleet's cap on sessions
 generating at once); a running session goes back to ``QUEUED`` between model turns
@@ -38,6 +40,9 @@ class SessionState(str, Enum):
     """Paused by the user; resumes where it stopped."""
     ENGINE_WAIT = "engine_wait"
     """Its engine endpoint stopped answering; continues by itself when the engine is back."""
+    BUDGET_REACHED = "budget_reached"
+    """Its budget (tokens, or money at the chosen API's prices) is used up: paused before its
+    next model turn; continues when the user raises or clears the budget."""
     DONE = "done"
     """The agent finished its task (``attempt_completion``)."""
     FAILED = "failed"
@@ -79,10 +84,10 @@ _FINISHED = frozenset({S.DONE, S.FAILED, S.STOPPED})
 LEGAL_TRANSITIONS: dict[SessionState, frozenset[SessionState]] = {
     S.PREPARING: frozenset({S.READY, S.FAILED}),
     S.READY: frozenset({S.QUEUED, S.STOPPED, S.FAILED}),
-    S.QUEUED: frozenset({S.RUNNING, S.PAUSED, S.STOPPED, S.FAILED, S.ENGINE_WAIT}),
+    S.QUEUED: frozenset({S.RUNNING, S.PAUSED, S.STOPPED, S.FAILED, S.ENGINE_WAIT, S.BUDGET_REACHED}),
     S.RUNNING: frozenset(
         {S.QUEUED, S.AWAITING_APPROVAL, S.NEEDS_INPUT, S.PAUSED, S.ENGINE_WAIT,
-         S.DONE, S.FAILED, S.STOPPED}
+         S.DONE, S.FAILED, S.STOPPED, S.BUDGET_REACHED}
     ),
     S.AWAITING_APPROVAL: frozenset(
         {S.RUNNING, S.QUEUED, S.PAUSED, S.STOPPED, S.FAILED, S.ENGINE_WAIT}
@@ -90,6 +95,7 @@ LEGAL_TRANSITIONS: dict[SessionState, frozenset[SessionState]] = {
     S.NEEDS_INPUT: frozenset({S.QUEUED, S.RUNNING, S.PAUSED, S.STOPPED, S.FAILED, S.DONE}),
     S.PAUSED: frozenset({S.QUEUED, S.STOPPED, S.FAILED}),
     S.ENGINE_WAIT: frozenset({S.QUEUED, S.RUNNING, S.PAUSED, S.STOPPED, S.FAILED}),
+    S.BUDGET_REACHED: frozenset({S.QUEUED, S.STOPPED, S.FAILED}),
     S.DONE: frozenset({S.QUEUED}),
     S.FAILED: frozenset({S.QUEUED, S.STOPPED}),
     S.STOPPED: frozenset({S.QUEUED}),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from workstation.core.errors import UserError
@@ -22,7 +23,7 @@ from workstation.fleet.store import Store
 
 log = logging.getLogger(__name__)
 
-_KEEPS_REASON = (S.FAILED, S.ENGINE_WAIT, S.NEEDS_INPUT)
+_KEEPS_REASON = (S.FAILED, S.ENGINE_WAIT, S.NEEDS_INPUT, S.BUDGET_REACHED)
 """States whose reason is the session's standing error line."""
 
 
@@ -102,6 +103,13 @@ class SessionBook:
         self._emit(SessionStateChanged(session_id, old, new, reason))
         self._on_change()
         return True
+
+    def update_spec(self, session_id: str, **changes: Any) -> SessionRecord:
+        """Change settings of a session's spec (its background mark, its budget), persisted."""
+        rec = self.rec(session_id)
+        rec.spec = replace(rec.spec, **changes)
+        self._store.queue_update(session_id, spec=rec.spec)
+        return rec
 
     # ----- what the agent keeps besides its messages -----
     def keep_meta(self, session_id: str, meta: dict[str, Any] | None) -> None:

@@ -27,9 +27,11 @@ from workstation.core.session_state import SessionState as S
 from workstation.fleet.agent_bridge import AgentFactory, AgentHandle, AgentSetup, Approver, build_agent, meta_of
 from workstation.fleet.approval_desk import ApprovalDesk
 from workstation.fleet.book import SessionBook
+from workstation.fleet.costs import SessionCosts
 from workstation.fleet.engine_watch import EndpointWatcher, endpoint_alive
 from workstation.fleet.event_codec import decode, history_from_events
 from workstation.fleet.event_sink import SessionEventSink
+from workstation.fleet.failover import Failover
 from workstation.fleet.gate import GenerationGate
 from workstation.fleet.routing import Router
 from workstation.fleet.store import Store
@@ -46,14 +48,15 @@ _STATE_AFTER = {
 
 
 class Drive:
-    """One run of one session: its task, its agent while it runs, and a token that tells a
-    replaced drive from its successor."""
+    """One run of one session: its task, its agent while it runs (and the endpoint it was
+    built on), and a token that tells a replaced drive from its successor."""
 
-    __slots__ = ("task", "agent", "token")
+    __slots__ = ("task", "agent", "endpoint_name", "token")
 
     def __init__(self, token: int) -> None:
         self.task: asyncio.Task[None] | None = None
         self.agent: AgentHandle | None = None
+        self.endpoint_name: str | None = None
         self.token = token
 
 
@@ -79,6 +82,13 @@ class DriverRegistry:
     def agent(self, session_id: str) -> AgentHandle | None:
         drive = self._drives.get(session_id)
         return drive.agent if drive is not None else None
+
+    def built_on(self, session_id: str) -> str | None:
+        """The endpoint the session's live agent talks to (None when none runs)."""
+        drive = self._drives.get(session_id)
+        if drive is None or drive.task is None or drive.task.done():
+            return None
+        return drive.endpoint_name
 
     def is_current(self, session_id: str, drive: Drive) -> bool:
         """False once another drive took the session over (a replaced drive keeps quiet)."""
@@ -132,6 +142,8 @@ class SessionRunner:
         relaunch: Callable[[str], None],
         closing: Callable[[], bool],
         settle: Callable[[], None],
+        failover: Failover,
+        costs: SessionCosts,
         command_env: Callable[[str], Awaitable[dict[str, str]]] | None = None,
     ) -> None:
         """``relaunch(session_id)`` starts the session again (its engine moved meanwhile);
@@ -151,6 +163,8 @@ class SessionRunner:
         self._relaunch = relaunch
         self._closing = closing
         self._settle = settle
+        self._failover = failover
+        self._costs = costs
         self._command_env = command_env
 
     async def history(self, session_id: str) -> list[dict[str, Any]]:
@@ -183,6 +197,7 @@ class SessionRunner:
         if endpoint.name != rec.endpoint_name:
             rec.endpoint_name = endpoint.name
             self._store.queue_update(session_id, endpoint_name=endpoint.name)
+        drive.endpoint_name = endpoint.name
         status: ev.RunStatus
         try:
             def on_event(event: object) -> None:
@@ -209,6 +224,11 @@ class SessionRunner:
             status, text = ev.RunStatus.FAILED, f"agent error: {type(exc).__name__}: {exc}"
         finally:
             drive.agent = None
+        if status in (ev.RunStatus.FAILED, ev.RunStatus.STOPPED) and not self._closing():
+            if self._failover.moved(session_id, endpoint.name):  # drained: go on elsewhere
+                self._drivers.release(session_id)
+                self._relaunch(session_id)
+                return
         if status is ev.RunStatus.FAILED:
             current = self._router.get(endpoint.name)
             if current != endpoint and not self._closing():  # the engine moved meanwhile: go on there
@@ -216,6 +236,10 @@ class SessionRunner:
                 self._relaunch(session_id)
                 return
             if not await endpoint_alive(self._http, current):
+                if self._failover.endpoint_down(endpoint.name) and self._failover.moved(session_id, endpoint.name):
+                    self._drivers.release(session_id)
+                    self._relaunch(session_id)
+                    return
                 self._book.set_state(session_id, S.ENGINE_WAIT,
                                      f"engine {endpoint.name} is not answering; continues when it is back")
                 self._drivers.release(session_id)
@@ -223,8 +247,13 @@ class SessionRunner:
                 self._settle()
                 return
         self._drivers.release(session_id)
+        state = _STATE_AFTER[status]
+        if status is ev.RunStatus.BUDGET_EXHAUSTED:
+            reached = self._costs.budget_reached(rec)
+            if reached is not None:
+                state, text = S.BUDGET_REACHED, reached
         # the run's outcome always applies (a resumed run may end before it generated at all)
-        self._book.set_state(session_id, _STATE_AFTER[status], text or status.value, force=True)
+        self._book.set_state(session_id, state, text or status.value, force=True)
         self._settle()  # also when the agent had already announced this state
 
 

@@ -1,9 +1,12 @@
-"""The fleet's cap on sessions generating at once, as an async context manager per turn.
+"""Generation slots as an async context manager per model turn.
 
 ``async with gate.slot(session_id): <stream one model turn>`` — admitted at once while
-fewer than ``cap`` sessions generate, otherwise waits its turn in the fair queue of
-:class:`workstation.core.admission.AdmissionQueue`. Cancelling a waiter (pause, stop) leaves
-the queue consistent: a slot it was handed in the meantime passes on to the next in line.
+fewer than ``cap`` sessions generate and the session's engine is under its limit, otherwise
+waits its turn in :class:`workstation.core.admission.AdmissionQueue` (priorities, per-engine
+limits, nothing starves). Before a session is queued ``check(session_id)`` may refuse it
+(:class:`~workstation.core.admission.SlotRefused`: its budget is used up, its engine was
+drained); a waiter can be refused later too (:meth:`refuse`). Cancelling a waiter (pause,
+stop) leaves the queue consistent: a slot it was handed in the meantime passes on.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
-from workstation.core.admission import AdmissionQueue
+from workstation.core.admission import AdmissionQueue, Priority, SlotRefused
 
 
 class GenerationGate:
@@ -23,15 +26,28 @@ class GenerationGate:
         on_change: Callable[[int, int, int], None] | None = None,
         on_wait: Callable[[str], None] | None = None,
         on_admit: Callable[[str, bool], None] | None = None,
+        group_of: Callable[[str], str] | None = None,
+        priority_of: Callable[[str], Priority] | None = None,
+        check: Callable[[str], None] | None = None,
     ) -> None:
         """``on_change(generating, waiting, cap)`` after every change; ``on_wait(sid)`` when a
-        session starts waiting; ``on_admit(sid, waited)`` when it gets its slot."""
+        session starts waiting; ``on_admit(sid, waited)`` when it gets its slot;
+        ``group_of(sid)``: the engine it generates on; ``priority_of(sid)``: its priority
+        now; ``check(sid)`` raises ``SlotRefused`` to hold its next turn back."""
         self._queue: AdmissionQueue[str] = AdmissionQueue(cap)
         self._waiters: dict[str, asyncio.Future[None]] = {}
         self._on_change = on_change
         self._on_wait = on_wait
         self._on_admit = on_admit
+        self._group_of = group_of or (lambda sid: "")
+        self._priority_of = priority_of or (lambda sid: Priority.NORMAL)
+        self._check = check
         self.peak_generating = 0
+
+    @property
+    def queue(self) -> AdmissionQueue[str]:
+        """The rules' state (read-only use: who holds, who waits, why)."""
+        return self._queue
 
     @property
     def cap(self) -> int:
@@ -53,11 +69,41 @@ class GenerationGate:
         self._wake(self._queue.set_cap(cap))
         self._changed()
 
+    def set_limit(self, group: str, limit: int | None) -> None:
+        """An engine's own limit (adaptive admission); None: only the cap."""
+        if self._queue.limit(group) == limit:
+            return
+        self._wake(self._queue.set_limit(group, limit))
+        self._changed()
+
+    def reprioritize(self, session_id: str) -> None:
+        """A waiter's priority may have changed (focus, an answer, the background mark)."""
+        self._wake(self._queue.reprioritize(session_id, self._priority_of(session_id)))
+
+    def regroup(self, session_id: str) -> None:
+        """A waiter's session moved to another engine."""
+        self._wake(self._queue.regroup(session_id, self._group_of(session_id)))
+
+    def refuse(self, session_id: str, reason: SlotRefused) -> bool:
+        """Wake a waiter with ``reason`` instead of a slot; False when it does not wait."""
+        fut = self._waiters.pop(session_id, None)
+        if fut is None or fut.done():
+            return False
+        fut.set_exception(reason)
+        self._wake(self._queue.release(session_id))
+        self._changed()
+        return True
+
+    def waiting_ids(self) -> tuple[str, ...]:
+        return self._queue.waiting
+
     @asynccontextmanager
     async def slot(self, session_id: str) -> AsyncIterator[None]:
         if self._queue.holds(session_id):  # re-entrant: one turn inside another holds one slot
             yield
             return
+        if self._check is not None:
+            self._check(session_id)
         await self._acquire(session_id)
         try:
             yield
@@ -69,7 +115,8 @@ class GenerationGate:
         return lambda: self.slot(session_id)
 
     async def _acquire(self, session_id: str) -> None:
-        if self._queue.request(session_id):
+        group, priority = self._group_of(session_id), self._priority_of(session_id)
+        if self._queue.request(session_id, group=group, priority=priority):
             self._admitted(session_id, waited=False)
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -79,6 +126,8 @@ class GenerationGate:
         self._changed()
         try:
             await fut
+        except SlotRefused:
+            raise
         except BaseException:
             self._waiters.pop(session_id, None)
             self._release(session_id)

@@ -28,8 +28,6 @@ from workstation.core.approvals import ApprovalDecision, ApprovalRequest
 from workstation.core.endpoints import Endpoint
 from workstation.core.errors import UserError
 from workstation.core.fleet_events import (
-    EndpointAvailabilityChanged,
-    GenerationSlotsChanged,
     OrphanWorktree,
     SessionCreated,
     SessionRemoved,
@@ -37,6 +35,9 @@ from workstation.core.fleet_events import (
 )
 from workstation.core.session_state import SessionState as S, check_transition
 from workstation.fleet import review
+from workstation.core.admission_limit import AdmissionTarget
+from workstation.core.cost import ApiPrice
+from workstation.fleet.admission import Admission
 from workstation.fleet.agent_bridge import AgentFactory
 from workstation.fleet.agent_controls import AgentControls
 from workstation.fleet.approval_desk import ApprovalDesk
@@ -47,7 +48,9 @@ from workstation.fleet.driver import DriverRegistry, SessionRunner
 from workstation.fleet.engine_watch import EndpointWatcher
 from workstation.fleet.event_codec import decode
 from workstation.fleet.event_sink import SessionEventSink
-from workstation.fleet.gate import GenerationGate
+from workstation.fleet.costs import SessionCosts
+from workstation.fleet.failover import Failover
+from workstation.fleet.scheduling import SessionScheduling
 from workstation.fleet.gitproc import GitRunner
 from workstation.fleet.merge_desk import MergeDesk
 from workstation.fleet.merge_queue import MergeReport
@@ -98,11 +101,17 @@ class Fleet:
         sandbox: Any = None,
         bootstrap: BootstrapOptions | None = None,
         streams: StreamCounters | None = None,
+        adaptive: bool = True,
+        target: AdmissionTarget | None = None,
+        price: ApiPrice | None = None,
     ) -> None:
         """``sandbox``: the ``SandboxPolicy`` the fleet's own commands run under (a worktree's
         setup, a dev server); None refuses them. ``bootstrap``: per-repository bootstrap and
         the port range (``BootstrapOptions.from_settings``). ``streams``: the token counters to
-        count into (default: the fleet's own; the meters read ``fleet.streams``)."""
+        count into (default: the fleet's own; the meters read ``fleet.streams``). ``adaptive``:
+        admission steers each engine's limit by its ``/metrics`` (``scheduling.observe_engine``)
+        toward ``target``, under ``max_generating``; ``price``: the paid API sessions' costs
+        and money budgets are counted at."""
         self.data_dir = Path(data_dir)
         self.store = Store(store_path or self.data_dir / "store.sqlite3")
         self.git = GitRunner()
@@ -112,21 +121,31 @@ class Fleet:
         self._resume_on_start = resume_on_start
         emit = self.changed.emit
         self.book = SessionBook(self.store, self.router, emit=emit, on_change=self._update_settled)
-        self.gate = GenerationGate(
-            max_generating, on_change=self._on_slots, on_wait=self._on_slot_wait,
-            on_admit=self._on_slot_admit,
-        )
-        self.watcher = EndpointWatcher(http, resolve=self.router.get, on_down=self._on_endpoint_down,
-                                       on_back=self._on_endpoint_back, interval_s=engine_poll_s)
+        self.costs = SessionCosts(self.book, price)
+        self.admission = Admission(cap=max_generating, book=self.book, router=self.router, emit=emit,
+                                   adaptive=adaptive, target=target,
+                                   check=lambda sid: self.scheduling.check_turn(sid))
+        self.gate = self.admission.gate
+        self.watcher = EndpointWatcher(http, resolve=self.router.get, on_down=lambda e: self.failover.on_down(e),
+                                       on_back=lambda e: self.failover.on_back(e), interval_s=engine_poll_s)
         self.desk = ApprovalDesk(
             on_waiting=lambda sid, summary: self.book.set_state(sid, S.AWAITING_APPROVAL, summary),
             on_answered=lambda sid: self.book.set_state(sid, S.RUNNING, "approval answered"),
         )
-        self.stats = SessionStats(self.book, emit=emit, streams=streams)
+        self.stats = SessionStats(self.book, emit=emit, streams=streams, costs=self.costs)
         self.streams = self.stats.streams
         """The app's one token rate: every session's streamed tokens and usage."""
         self.sink = SessionEventSink(self.book, self.store, self.stats, emit=self.agent_event.emit)
         self.drivers = DriverRegistry()
+        self.failover = Failover(
+            book=self.book, store=self.store, router=self.router, gate=self.gate,
+            running_on=self.drivers.built_on, relaunch=lambda sid: self._launch(sid, None),
+            watch=lambda name: self.watcher.watch(name, announce=False), emit=emit,
+            closing=lambda: self._closing, restarted=self._endpoint_restarted)
+        self.scheduling = SessionScheduling(book=self.book, admission=self.admission, costs=self.costs,
+                                            failover=self.failover, stats=self.stats, emit=emit,
+                                            resume=self.start_session)
+        """Focus, background, budgets, price, engine readings (``fleet/scheduling.py``)."""
         options = bootstrap or BootstrapOptions()
         self.ports = PortBook(self.store, options.port_range)
         self.bootstrap = Bootstrapper(options=options, sandbox=sandbox, ports=self.ports, git=self.git,
@@ -139,7 +158,7 @@ class Fleet:
             book=self.book, store=self.store, router=self.router, gate=self.gate, desk=self.desk,
             drivers=self.drivers, sink=self.sink, watcher=self.watcher, factory=agent_factory, http=http,
             relaunch=lambda sid: self._launch(sid, None), closing=lambda: self._closing,
-            settle=self._update_settled,
+            settle=self._update_settled, failover=self.failover, costs=self.costs,
             command_env=lambda sid: self.bootstrap.command_env(sid, self.book.rec(sid).spec),
         )
         self.workspaces = WorkspaceOps(self.book, self.store, self.git, self.data_dir, emit=emit)
@@ -371,6 +390,9 @@ class Fleet:
                             hint="remove the session and create it again")
         if rec.state is S.ENGINE_WAIT:
             return  # continues by itself when the engine is back
+        reached = self.costs.budget_reached(rec)
+        if reached is not None:
+            raise UserError(f"{rec.name}: {reached}", hint="raise or clear its budget to continue")
         check_transition(rec.state, S.QUEUED)
         self._launch(session_id, message, images)
 
@@ -384,6 +406,7 @@ class Fleet:
         images (paths) for a model that takes them."""
         if not text.strip():
             raise UserError("the reply is empty")
+        self.admission.answered(session_id)
         await self.start_session(session_id, message=text, images=tuple(images))
 
     async def pause(self, session_id: str) -> None:
@@ -414,10 +437,12 @@ class Fleet:
         self.book.set_state(session_id, S.STOPPED, "stopped by the user")
 
     def resolve_approval(self, session_id: str, request_id: str, decision: ApprovalDecision) -> None:
+        self.admission.answered(session_id)
         self.desk.resolve(session_id, request_id, decision)
 
     def set_max_generating(self, cap: int) -> None:
-        self.gate.set_cap(cap)
+        """The fleet's cap on sessions generating at once (adaptive admission's ceiling)."""
+        self.admission.set_cap(cap)
 
     def update_endpoint(self, endpoint: Endpoint) -> None:
         """An engine restarted (a managed one comes back on a new port with a new key) or a new
@@ -442,6 +467,7 @@ class Fleet:
             await self.workspaces.undo_worktree(rec)
         self.book.forget(session_id)
         self.router.forget(session_id)
+        self.admission.forget(session_id)
         await self.ports.release(session_id)
         await self.store.delete_session(session_id)
         self.changed.emit(SessionRemoved(session_id, rec.name))
@@ -555,28 +581,6 @@ class Fleet:
             self._settled.clear()
         else:
             self._settled.set()
-
-    def _on_slots(self, generating: int, waiting: int, cap: int) -> None:
-        self.changed.emit(GenerationSlotsChanged(generating, waiting, cap))
-
-    def _on_slot_wait(self, session_id: str) -> None:
-        self.book.set_state(session_id, S.QUEUED, "waiting for a generation slot")
-
-    def _on_slot_admit(self, session_id: str, waited: bool) -> None:
-        self.book.set_state(session_id, S.RUNNING, "generating")
-
-    def _on_endpoint_down(self, endpoint: Endpoint) -> None:
-        self.changed.emit(EndpointAvailabilityChanged(endpoint.name, False,
-                                                      f"{endpoint.base_url} is not answering"))
-
-    def _on_endpoint_back(self, endpoint: Endpoint) -> None:
-        self.changed.emit(EndpointAvailabilityChanged(endpoint.name, True, "answering again"))
-        self._endpoint_restarted(endpoint.name)
-        if self._closing:
-            return
-        for rec in self.book.records():
-            if rec.state is S.ENGINE_WAIT and rec.endpoint_name == endpoint.name:
-                self._launch(rec.session_id, None)
 
     def _require_open(self) -> None:
         if not self._started or self._closing:

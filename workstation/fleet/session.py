@@ -64,6 +64,14 @@ class SessionSpec:
     name it as the model."""
     adapter_path: str | None = None
     """The adapter's folder, loaded at run time where the engine does not serve it yet."""
+    background: bool = False
+    """Marked background: its model turns let the others' go first (it never starves)."""
+    budget_tokens: int | None = None
+    """Tokens (prompt + completion, over the session's life) after which it pauses in
+    ``budget_reached``; None: no token budget."""
+    budget_usd: float | None = None
+    """Money, at the chosen paid API's prices for the same tokens, after which it pauses in
+    ``budget_reached``; None: no money budget."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,7 +117,7 @@ class SessionRecord:
     """Why it left the grid for the archive ("merged into main (1a2b3c4d)", "discarded",
     "archived"); empty while it is in the grid."""
 
-    def summary(self, tokens_per_s: float = 0.0) -> SessionSummary:
+    def summary(self, tokens_per_s: float = 0.0, cost_usd: float | None = None) -> SessionSummary:
         return SessionSummary(
             session_id=self.session_id,
             name=self.name,
@@ -130,6 +138,10 @@ class SessionRecord:
             ready=bool(self.ready_at),
             adapter=self.spec.adapter or "",
             archived=self.archived,
+            cost_usd=cost_usd,
+            budget_tokens=self.spec.budget_tokens,
+            budget_usd=self.spec.budget_usd,
+            background=self.spec.background,
         )
 
     def copy(self) -> SessionRecord:

@@ -7,7 +7,9 @@ the recording's caption agree. Published here as ``SessionStatsChanged``: the st
 at most every ``interval_s`` per session, and quiet when idle (a session that stopped
 streaming is reported once at 0 tok/s, then not again); a turn's usage at once, so a
 session's totals are out before whatever its run does next (a run that ends right after
-its only model turn showed 0 tokens until the next tick)."""
+its only model turn showed 0 tokens until the next tick). Each carries the session's cost
+at the chosen paid API (``fleet/costs.py``); the fleet's total follows as
+``FleetCostChanged`` when it moved."""
 
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from workstation.core.fleet_events import SessionStatsChanged, SessionSummary
+from workstation.core.fleet_events import FleetCostChanged, SessionStatsChanged, SessionSummary
 from workstation.fleet.book import SessionBook
+from workstation.fleet.costs import SessionCosts
 from workstation.fleet.session import SessionRecord
 from workstation.telemetry.streams import StreamCounters, UsageLike
 
@@ -25,9 +28,12 @@ STATS_INTERVAL_S = 0.5
 
 class SessionStats:
     def __init__(self, book: SessionBook, *, emit: Callable[[object], None],
-                 interval_s: float = STATS_INTERVAL_S, streams: StreamCounters | None = None) -> None:
+                 interval_s: float = STATS_INTERVAL_S, streams: StreamCounters | None = None,
+                 costs: SessionCosts | None = None) -> None:
         self._book = book
         self._emit = emit
+        self.costs = costs or SessionCosts(book)
+        self._last_total: FleetCostChanged | None = None
         self._interval_s = interval_s
         self.streams = streams or StreamCounters()
         self._dirty: set[str] = set()
@@ -54,7 +60,19 @@ class SessionStats:
         return self.streams.tokens_per_s()
 
     def summary(self, rec: SessionRecord) -> SessionSummary:
-        return rec.summary(self.tokens_per_s(rec.session_id))
+        return rec.summary(self.tokens_per_s(rec.session_id), self.costs.cost_usd(rec))
+
+    def total(self) -> FleetCostChanged:
+        """Every session's tokens together and their cost at the chosen API."""
+        tokens, cost = self.costs.total()
+        price = self.costs.price
+        return FleetCostChanged(int(tokens.prompt_tokens), int(tokens.cached_prompt_tokens),
+                                int(tokens.output_tokens), cost, price.key if price is not None else None)
+
+    def price_changed(self) -> None:
+        """The chosen API changed: every session's cost is republished at the next tick."""
+        self._dirty.update(self.streams.session_ids())
+        self._last_total = None
 
     # ----- the ticker -----
     def start(self) -> None:
@@ -85,10 +103,15 @@ class SessionStats:
                     quiet_reported.discard(sid)
                 self._dirty.discard(sid)
                 self._emit(SessionStatsChanged(sid, rec.prompt_tokens, rec.completion_tokens,
-                                               rec.cached_tokens, tps))
+                                               rec.cached_tokens, tps, self.costs.cost_usd(rec)))
+            total = self.total()
+            if total != self._last_total:
+                self._last_total = total
+                self._emit(total)
 
     def _publish(self, session_id: str) -> None:
         rec = self._book.get(session_id)
         if rec is not None:
             self._emit(SessionStatsChanged(session_id, rec.prompt_tokens, rec.completion_tokens,
-                                           rec.cached_tokens, self.streams.rate(session_id)))
+                                           rec.cached_tokens, self.streams.rate(session_id),
+                                           self.costs.cost_usd(rec)))

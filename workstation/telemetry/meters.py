@@ -37,6 +37,7 @@ from workstation.telemetry.nvml import GpuSnapshot, NvmlReader
 from workstation.telemetry.prices import load_price_table
 from workstation.telemetry.sampler import GpuSampler, HostSampler
 from workstation.telemetry.scraper import MetricsScraper
+from workstation.telemetry.scrapers import ScraperSet
 from workstation.telemetry.snapshot import MetersSnapshot
 from workstation.telemetry.streams import StreamCounters
 from workstation.telemetry.vllm_metrics import EngineMetricsSample
@@ -95,6 +96,7 @@ class Meters:
     cost_updated = Signal(object)  # CostEstimate
     series_updated = Signal(object)  # tuple[str, ...]: names of the series just appended to
     rate_updated = Signal(object)  # float | None: :attr:`tokens_per_s`, at each tick
+    api_price_changed = Signal(object)  # ApiPrice | None: the paid API compared against changed
 
     def __init__(
         self,
@@ -113,9 +115,12 @@ class Meters:
         host_reader: HostReader | None = None,
         app_metrics_port: int | None = None,
         streams: StreamCounters | None = None,
+        scrapers: ScraperSet | None = None,
     ) -> None:
         """``streams``: the token counters the sessions count into (the fleet's
-        ``Fleet.streams``: one token rate for the whole app); default: counters of its own."""
+        ``Fleet.streams``: one token rate for the whole app); default: counters of its own.
+        ``scrapers``: the ``/metrics`` scrapers to read (the service factory's shared set,
+        which it closes); default: a set of its own for ``endpoints``."""
         self._http = http
         self._engine_pid: int | None = None
         self.prices = prices or PriceTable()
@@ -133,11 +138,14 @@ class Meters:
             log.warning("cost meter: no price for %r in the price table", api_model)
         self.cost = CostMeter(api=api, assumptions=assumptions or SelfHostAssumptions())
         self._auto_gpu_count = True  # GPU rental counts every GPU NVML sees, until the user says otherwise
-        self.scrapers: dict[str, MetricsScraper] = {}
+        self._owns_scrapers = scrapers is None
+        self.engines = scrapers if scrapers is not None else ScraperSet(
+            http, interval_s=metrics_interval_s, window_s=latency_window_s)
+        """The ``/metrics`` scrapers (shared with the fleet's admission when the service
+        factory made them: one scrape, many readers)."""
         for ep in endpoints:
-            self._add_scraper(ep)
-        self._live: str | None = next(iter(self.scrapers), None)
-        """The scraper that follows the live engine (:meth:`follow`)."""
+            self.engines.add(ep)
+        self.engines.sampled.connect(self._on_engine_sampled)
         self.gpu.sampled.connect(self._on_gpu_sampled)
         self.host.sampled.connect(self._on_host_sampled)
         self._app_metrics = AppMetricsServer(self.snapshot, port=app_metrics_port) if app_metrics_port is not None else None
@@ -166,47 +174,29 @@ class Meters:
         there is no local engine process."""
         self._engine_pid = pid
 
-    def _add_scraper(self, endpoint: Endpoint) -> MetricsScraper:
-        scraper = MetricsScraper(self._http, endpoint, interval_s=self.metrics_interval_s,
-                                 window_s=self.latency_window_s)
-        scraper.sampled.connect(self._on_engine_sampled)
-        self.scrapers[endpoint.name] = scraper
-        return scraper
+    @property
+    def scrapers(self) -> dict[str, MetricsScraper]:
+        """The scrapers by endpoint name."""
+        return self.engines.scrapers
 
     def follow(self, endpoint: Endpoint | None) -> None:
         """The live engine moved (a restart on a new port and key, or a switch): its scraper
-        reads ``endpoint`` from the next scrape on. None (the engine is not serving) changes
-        nothing: the scraper reports it down until it serves again."""
-        if endpoint is None:
-            return
-        name = self._live if self._live in self.scrapers else endpoint.name
-        scraper = self.scrapers.pop(name, None) if name is not None else None
-        if scraper is None:
-            scraper = self._add_scraper(endpoint)
-            if self._started:
-                scraper.start_soon()
-        else:
-            scraper.retarget(endpoint)
-            self.scrapers[endpoint.name] = scraper
-        self._live = endpoint.name
+        reads ``endpoint`` from the next scrape on (``ScraperSet.follow``)."""
+        self.engines.follow(endpoint)
 
     async def add_endpoint(self, endpoint: Endpoint) -> None:
         """Scrape another endpoint (replacing one of the same name)."""
         await self.remove_endpoint(endpoint.name)
-        scraper = self._add_scraper(endpoint)
-        if self._started:
-            await scraper.start()
+        self.engines.add(endpoint)
 
     async def remove_endpoint(self, name: str) -> None:
-        scraper = self.scrapers.pop(name, None)
-        if scraper is not None:
-            scraper.sampled.disconnect(self._on_engine_sampled)
-            await scraper.aclose()
+        await self.engines.remove(name)
 
     def set_api_price(self, model: str | None) -> ApiPrice | None:
         """Compare against another paid API (``model`` or ``provider/model``)."""
         api = self.prices.find(model) if model else None
         self.cost.set_api(api)
+        self.api_price_changed.emit(api)
         return api
 
     def set_assumptions(self, assumptions: SelfHostAssumptions) -> None:
@@ -312,8 +302,7 @@ class Meters:
         self.cost.reset()
         await self.gpu.start()
         await self.host.start()
-        for scraper in self.scrapers.values():
-            await scraper.start()
+        await self.engines.start()
         if self._app_metrics is not None:
             await self._app_metrics.start()
             log.info("app metrics at %s", self._app_metrics.url)
@@ -323,8 +312,9 @@ class Meters:
         self._started = False
         task, self._tick_task = self._tick_task, None
         await cancel_and_wait(task)
-        for scraper in list(self.scrapers.values()):
-            await scraper.aclose()
+        self.engines.sampled.disconnect(self._on_engine_sampled)
+        if self._owns_scrapers:
+            await self.engines.aclose()
         await self.gpu.aclose()
         await self.host.aclose()
         if self._app_metrics is not None:

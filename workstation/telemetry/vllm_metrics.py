@@ -66,7 +66,7 @@ _WANTED_FAMILIES = frozenset(
      _SPEC_PER_POS.removesuffix("_total"), *_GAUGES, *_HISTOGRAMS]
 )
 
-QUANTILES = (0.5, 0.9, 0.99)
+QUANTILES = (0.5, 0.9, 0.95, 0.99)
 
 
 # --------------------------------------------------------------------------- histograms
@@ -124,13 +124,15 @@ def bucket_quantile(bounds: tuple[float, ...], cumulative: tuple[float, ...], q:
 class Percentiles:
     p50: float
     p90: float
+    p95: float
     p99: float
     mean: float | None
     count: int
     """Observations in the window."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"p50": self.p50, "p90": self.p90, "p99": self.p99, "mean": self.mean, "count": self.count}
+        return {"p50": self.p50, "p90": self.p90, "p95": self.p95, "p99": self.p99, "mean": self.mean,
+                "count": self.count}
 
 
 def percentiles(h: Histogram | None) -> Percentiles | None:
@@ -139,7 +141,7 @@ def percentiles(h: Histogram | None) -> Percentiles | None:
     q = [h.quantile(x) for x in QUANTILES]
     if any(v is None for v in q):
         return None
-    return Percentiles(p50=q[0], p90=q[1], p99=q[2], mean=h.mean, count=int(h.count))  # type: ignore[arg-type]
+    return Percentiles(p50=q[0], p90=q[1], p95=q[2], p99=q[3], mean=h.mean, count=int(h.count))  # type: ignore[arg-type]
 
 
 # --------------------------------------------------------------------------- one scrape
@@ -260,6 +262,9 @@ class EngineMetricsSample:
     """Tokens per verification step, the bonus token included (vLLM's convention)."""
     spec_acceptance_per_position: tuple[float, ...] | None = None
     ttft_s: Percentiles | None = None
+    ttft_recent_s: Percentiles | None = None
+    """Time to first token over the short recent window (``recent_window_s``, 10 s by
+    default): what adaptive admission steers by."""
     itl_s: Percentiles | None = None
     e2e_s: Percentiles | None = None
     queue_s: Percentiles | None = None
@@ -297,9 +302,10 @@ def _ratio_pct(num: float | None, den: float | None) -> float | None:
 class MetricsDeriver:
     """Turns successive readings of one endpoint into :class:`EngineMetricsSample`."""
 
-    def __init__(self, endpoint: str, *, window_s: float = 60.0) -> None:
+    def __init__(self, endpoint: str, *, window_s: float = 60.0, recent_window_s: float = 10.0) -> None:
         self.endpoint = endpoint
         self.window_s = window_s
+        self.recent_window_s = min(recent_window_s, window_s)
         self._history: deque[MetricsReading] = deque()
 
     def reset(self) -> None:
@@ -312,15 +318,8 @@ class MetricsDeriver:
             self._history.clear()
             prev = None
             restarted = True
-        # the window's base: the newest reading at least window_s old, else the oldest one
-        base = None
-        for r in self._history:
-            if r.t_mono <= reading.t_mono - self.window_s:
-                base = r
-            else:
-                break
-        if base is None and self._history:
-            base = self._history[0]
+        base = self._base(reading.t_mono, self.window_s)
+        recent = self._base(reading.t_mono, self.recent_window_s)
         self._history.append(reading)
         while len(self._history) > 1 and self._history[1].t_mono <= reading.t_mono - self.window_s:
             self._history.popleft()
@@ -377,7 +376,24 @@ class MetricsDeriver:
                 h_old = base.histograms.get(key)
                 if h_new is not None and h_old is not None:
                     sample[out] = percentiles(h_new.minus(h_old))
+        if recent is not None and reading.t_mono > recent.t_mono:
+            h_new, h_old = reading.histograms.get("ttft"), recent.histograms.get("ttft")
+            if h_new is not None and h_old is not None:
+                sample["ttft_recent_s"] = percentiles(h_new.minus(h_old))
         return EngineMetricsSample(**sample)
+
+    def _base(self, t_mono: float, window_s: float) -> MetricsReading | None:
+        """A window's base: the newest earlier reading at least ``window_s`` old, else the
+        oldest one (the reading being added is not in the history yet)."""
+        base = None
+        for r in self._history:
+            if r.t_mono <= t_mono - window_s:
+                base = r
+            else:
+                break
+        if base is None and self._history:
+            base = self._history[0]
+        return base
 
 
 def _went_down(prev: MetricsReading, cur: MetricsReading) -> bool:
