@@ -57,7 +57,8 @@ def test_menu_ready_dev_server_and_merge_queue(qtbot, fleet_ui: FleetUI) -> None
         menu = ui.window.session_actions.menu
         assert menu is not None and menu.isVisible()
         assert [a.data() for a in menu.actions() if a.data()] == [
-            "stop", "restart", "rename", "merge", "ready", "server-start", "archive", "remove"]
+            "stop", "restart", "rename", "merge", "ready", "server-start", "background", "budget",
+            "archive", "remove"]
         menu.close()
         # the dev server, from the pane's menu
         _menu_action(ui, sid, "server-start").trigger()

@@ -31,7 +31,8 @@ from workstation.core import fleet_events as fe
 from workstation.core.session_state import RESUMED_AFTER_RESTART
 from workstation.fleet.service import Fleet
 from workstation.ui.backend import SessionView
-from workstation.ui.panes.session_pane import PaneInfo
+from workstation.core.session_state import SessionState
+from workstation.ui.panes.session_pane import PaneInfo, money
 from workstation.ui.panes.transcript_doc import Line, LineStyle, TranscriptDoc
 
 log = logging.getLogger(__name__)
@@ -52,6 +53,7 @@ def info_from_summary(summary: fe.SessionSummary) -> PaneInfo:
         mode=summary.mode.capitalize() if summary.mode else "", state=summary.state,
         tokens=summary.prompt_tokens + summary.completion_tokens,
         tokens_per_s=summary.tokens_per_s, detail=summary.error, ready=summary.ready, adapter=summary.adapter,
+        cost_usd=summary.cost_usd, background=summary.background,
     )
 
 
@@ -227,7 +229,23 @@ class FleetBridge(QObject):
                 window.update_session(info, event.reason)
             self.session_state_changed.emit(event.session_id, event.old, event.new, event.reason)
         elif isinstance(event, fe.SessionStatsChanged):
-            window.update_stats(event.session_id, event.prompt_tokens + event.completion_tokens, event.tokens_per_s)
+            window.update_stats(event.session_id, event.prompt_tokens + event.completion_tokens, event.tokens_per_s,
+                                event.cost_usd)
+        elif isinstance(event, fe.SessionWaitChanged):
+            info = window.session_info(event.session_id)
+            if info is not None and info.state is SessionState.QUEUED:
+                window.update_session(replace(info, detail=event.reason))
+        elif isinstance(event, fe.FleetCostChanged):
+            if event.cost_usd is not None and event.api_model:
+                window.cost_label.setText(f"· {money(event.cost_usd)} at {event.api_model.rsplit('/', 1)[-1]} prices")
+        elif isinstance(event, fe.SessionSettingsChanged):
+            info = window.session_info(event.summary.session_id)
+            if info is not None:
+                window.update_session(replace(info, background=event.summary.background))
+        elif isinstance(event, fe.SessionMoved):
+            info = window.session_info(event.session_id)
+            name = info.name if info is not None else event.session_id
+            self.message.emit(f"{name} moved from engine {event.from_endpoint} to {event.to_endpoint}")
         elif isinstance(event, fe.SessionRemoved):
             self._last_seq.pop(event.session_id, None)
             self._docs.pop(event.session_id, None)

@@ -146,11 +146,18 @@ class FleetCommands:
     def session_tools(self, session_id: str) -> SessionTools:
         rec = self.fleet.record(session_id)
         server = self.fleet.dev_server(session_id)
+        price = self.fleet.costs.price
+        cost = self.fleet.costs.cost_usd(rec)
+        spent = f"{rec.prompt_tokens + rec.completion_tokens:,} tokens"
+        if cost is not None and price is not None:
+            spent += f", ${cost:,.4f} at {price.model} prices"
         return SessionTools(
             ready=bool(rec.ready_at), working=rec.state.is_active or rec.state is SessionState.PREPARING,
             run_command=rec.spec.run_command or "", server_url=server.url if server is not None else "",
             setup_command=rec.spec.setup_command or "", state=rec.state.value, active=rec.state.is_active,
-            name=rec.name, branch=rec.branch, worktree=rec.worktree_path, repo=rec.repo_path)
+            name=rec.name, branch=rec.branch, worktree=rec.worktree_path, repo=rec.repo_path,
+            background=rec.spec.background, budget_tokens=rec.spec.budget_tokens, budget_usd=rec.spec.budget_usd,
+            spent=spent, priced=price is not None)
 
     async def mark_ready(self, session_id: str, ready: bool) -> None:
         await self.fleet.mark_ready(session_id, ready)
@@ -163,6 +170,16 @@ class FleetCommands:
 
     async def run_setup(self, session_id: str) -> None:
         await self.fleet.run_setup(session_id)
+
+    # ----- scheduling: focus, background, budget -----
+    def set_focus(self, session_id: str | None) -> None:
+        self.fleet.scheduling.set_focus(session_id)
+
+    async def set_background(self, session_id: str, background: bool) -> None:
+        await self.fleet.scheduling.set_background(session_id, background)
+
+    async def set_budget(self, session_id: str, tokens: int | None, usd: float | None) -> None:
+        await self.fleet.scheduling.set_budget(session_id, tokens=tokens, usd=usd)
 
     def merge_plan(self) -> MergePlan:
         """The ready sessions in the order marked; the first one's base branch and its

@@ -206,11 +206,14 @@ class MainWindow(QMainWindow):
         status = self.statusBar()
         # All permanent: a transient showMessage() would hide the session summary.
         self.summary_label = QLabel()
+        self.cost_label = QLabel()
+        """Every session's tokens at the chosen paid API's prices (the bridge sets it)."""
         self.notice_label = QLabel()
         self.notice_label.setTextFormat(Qt.TextFormat.PlainText)
         self.page_label = QLabel()
         self.engine_status = QLabel()
         status.addPermanentWidget(self.summary_label)
+        status.addPermanentWidget(self.cost_label)
         status.addPermanentWidget(self.notice_label, 1)
         status.addPermanentWidget(self.page_label)
         status.addPermanentWidget(self.engine_status)
@@ -293,12 +296,11 @@ class MainWindow(QMainWindow):
         pane = self.panes.get(session_id)
         return pane.info if pane is not None else None
 
-    def update_stats(self, session_id: str, tokens: int, tokens_per_s: float) -> None:
-        """The fleet's token counts of a session (its header repaints; the status bar sums the
-        rates at its next tick)."""
+    def update_stats(self, session_id: str, tokens: int, tokens_per_s: float, cost_usd: float | None = None) -> None:
+        """A session's tokens and their cost at the chosen paid API (the status bar sums rates at its tick)."""
         pane = self.panes.get(session_id)
         if pane is not None:
-            pane.set_stats(tokens, tokens_per_s)
+            pane.set_stats(tokens, tokens_per_s, cost_usd)
 
     def set_session_mode(self, session_id: str, mode: str) -> None:
         pane = self.panes.get(session_id)
@@ -377,6 +379,8 @@ class MainWindow(QMainWindow):
             self.focus.configure_images(commands.attachments_dir(), commands.images_refusal())
         self.focus.show_pane(pane)
         session_id = pane.info.session_id
+        if commands is not None:
+            commands.set_focus(session_id)  # the watched session's turns go first
         self.focus.output.clear()
         if self.bridge is not None:
             self.focus.append_output(self.bridge.output_of(session_id))
@@ -388,6 +392,8 @@ class MainWindow(QMainWindow):
         if self.stack.currentWidget() is self.focus:
             self.focus.leave()
             self.stack.setCurrentWidget(self.grid)
+            if self.commands is not None:
+                self.commands.set_focus(None)  # no session goes first any more
         elif self.isFullScreen():
             self.showNormal()
         self.grid.setFocus()

@@ -1,7 +1,8 @@
 """Each pane's menu and the toolbar's session tools: stop, restart, rename, commit and merge,
 archive, remove (worktree and branch, after a confirmation); the worktree tools (ready to
-merge, dev server, setup again); the merge queue; and the archive of sessions that left the
-grid (merged, discarded or archived), from where they come back or are removed for good.
+merge, dev server, setup again); its scheduling (background, a budget); the merge queue;
+and the archive of sessions that left the grid (merged, discarded or archived), from where
+they come back or are removed for good.
 
 Owns the open menu and dialogs; calls the window's commands (``SessionCommands``) as owned
 tasks, and redraws from the events the bridge turns into pane state."""
@@ -17,6 +18,7 @@ from PySide6.QtWidgets import QInputDialog, QLineEdit, QMenu, QWidget
 
 from workstation.ui.backend import SessionCommands, SessionTools
 from workstation.ui.dialogs.archive_dialog import ArchiveDialog
+from workstation.ui.dialogs.budget_dialog import BudgetDialog
 from workstation.ui.dialogs.merge_dialog import MergeDialog
 from workstation.ui.icons_fallback import safe_icon
 from workstation.ui.panes.session_pane import SessionPane
@@ -80,6 +82,12 @@ def session_menu(tools: SessionTools, parent: QWidget | None = None) -> QMenu:
     if tools.setup_command:
         add(f"Run setup again ({tools.setup_command})", "setup", not tools.working)
     menu.addSeparator()
+    menu.addSeparator()
+    if tools.background:
+        add("Back to the foreground", "foreground")
+    else:
+        add("Run in the background (others' turns go first)", "background")
+    add("Budget…", "budget")
     add("Archive (leaves the grid; its branch stays)", "archive", icon="archive")
     add("Remove… (deletes its worktree and branch)", "remove", icon="discard")
     return menu
@@ -92,6 +100,7 @@ class SessionActions:
         self._parent = parent
         self.menu: QMenu | None = None
         self.dialog: MergeDialog | ArchiveDialog | QInputDialog | None = None
+        self.budget: BudgetDialog | None = None
         self.merge_action = QAction(safe_icon("merge"), "Merge ready…", parent)
         self.merge_action.setToolTip("Merge the sessions marked ready, gated by the test command")
         self.merge_action.triggered.connect(self.open_merge)
@@ -124,6 +133,10 @@ class SessionActions:
             spawn(commands.dev_server(session_id, what == "server-start"), what)
         elif what == "setup":
             spawn(commands.run_setup(session_id), "setup-again")
+        elif what in ("background", "foreground"):
+            spawn(commands.set_background(session_id, what == "background"), what)
+        elif what == "budget":
+            self.open_budget(session_id)
         elif what == "open":
             url = commands.session_tools(session_id).server_url
             if url:
@@ -167,6 +180,17 @@ class SessionActions:
                    "its transcript and checkpoints"],
             note="What it did that is not merged is lost; this cannot be undone."
                  + (" It is working: it is stopped first." if tools.active else ""))
+
+    def open_budget(self, session_id: str) -> BudgetDialog | None:
+        commands = self.window.commands
+        pane = self.window.panes.get(session_id)
+        if commands is None or pane is None:
+            return None
+        self.budget = BudgetDialog(pane.info.name, commands.session_tools(session_id), self._parent)
+        self.budget.budget_set.connect(lambda tokens, usd: self.window.tasks.spawn(
+            commands.set_budget(session_id, tokens or None, usd or None), "set-budget"))
+        self.budget.open()
+        return self.budget
 
     def open_merge(self) -> MergeDialog | None:
         commands = self.window.commands

@@ -25,6 +25,7 @@ _STATE_COLOURS: dict[SessionState, QColor] = {
     SessionState.AWAITING_APPROVAL: AMBER,
     SessionState.NEEDS_INPUT: AMBER,
     SessionState.ENGINE_WAIT: AMBER,
+    SessionState.BUDGET_REACHED: AMBER,
     SessionState.DONE: GREEN,
     SessionState.FAILED: RED,
     SessionState.STOPPED: GREY,
@@ -94,6 +95,8 @@ def state_look(state: SessionState, waiting_for: str = "", pal: QPalette | None 
         return StateLook(state_colour(state, pal), "paused", "paused")
     if state is SessionState.ENGINE_WAIT:
         return StateLook(AMBER, "engine", "engine wait")
+    if state is SessionState.BUDGET_REACHED:
+        return StateLook(AMBER, "paused", "budget reached", 2)
     if state is SessionState.RUNNING:
         return StateLook(accent(pal), "", "running")
     return StateLook(state_colour(state, pal), "", state.label)

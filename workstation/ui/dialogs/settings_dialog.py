@@ -48,9 +48,13 @@ GROUPS: tuple[tuple[str, tuple[tuple[str, str, str], ...]], ...] = (
         ("engine", "external_api_key", "Outside endpoint key"),
         ("engine", "external_model", "Outside endpoint model"),
         ("engine", "lora_dir", "LoRA adapters folder"),
+        ("engine", "replicas", "Engines of the model (0: one per GPU group)"),
+        ("engine", "gpus_per_engine", "GPUs per engine (tensor-parallel)"),
     )),
     ("Sessions", (
         ("fleet", "max_generating", "Sessions generating at once"),
+        ("fleet", "admission", "Admission (adaptive: by what the engine reports)"),
+        ("fleet", "ttft_target_s", "First-token target, p95 (s)"),
         ("fleet", "setup_timeout_s", "Worktree setup timeout (s)"),
         ("fleet", "setups_at_once", "Setups at once"),
         ("agent", "rules", "Rules files"),
@@ -120,13 +124,24 @@ def _unwrap_optional(annotation: Any) -> tuple[Any, bool]:
     return annotation, False
 
 
+def _is_table(annotation: Any) -> bool:
+    """A list of records (``list[EndpointSettings]``)."""
+    args = typing.get_args(annotation)
+    return typing.get_origin(annotation) is list and bool(args) and isinstance(args[0], type) \
+        and issubclass(args[0], BaseModel)
+
+
 class _Field:
     def __init__(self, name: str, annotation: Any, value: Any, doc: str) -> None:
         self.name = name
         base, self.optional = _unwrap_optional(annotation)
         self.kind = base
         self.widget: QWidget
-        if base is bool:
+        self._kept = value if _is_table(base) else None
+        if self._kept is not None:  # a list of records (engine.endpoints) has no one-line form: kept as is
+            w = QLineEdit(f"{len(value)} set; edited in the settings file")
+            w.setReadOnly(True)
+        elif base is bool:
             w = QCheckBox()
             w.setChecked(bool(value))
         elif typing.get_origin(base) is Literal:
@@ -158,6 +173,8 @@ class _Field:
 
     def value(self) -> Any:
         w = self.widget
+        if self._kept is not None:
+            return self._kept
         if isinstance(w, QCheckBox):
             return w.isChecked()
         if isinstance(w, QComboBox):

@@ -54,6 +54,10 @@ class PaneInfo:
     waiting_for: str = ""
     """What it waits for a person for: ``approval``, ``question`` or ``stuck`` (repeated
     mistakes); empty while it does not wait."""
+    cost_usd: float | None = None
+    """Its tokens at the chosen paid API's prices (None: no price chosen)."""
+    background: bool = False
+    """Marked background: its turns let the others' go first."""
 
     def look(self, pal: QPalette | None = None) -> theme.StateLook:
         return theme.state_look(self.state, self.waiting_for, pal)
@@ -69,7 +73,7 @@ class PaneInfo:
         ✓ ready · ▶ :8123``."""
         server = f"▶ :{self.server_url.rstrip('/').rsplit(':', 1)[-1]}" if self.server_url else ""
         marks = (self.repo, self.branch, self.mode, self.protocol, f"⧉ {self.adapter}" if self.adapter else "",
-                 self.rules_mark(), "✓ ready" if self.ready else "", server)
+                 self.rules_mark(), "✓ ready" if self.ready else "", server, "background" if self.background else "")
         return " · ".join(part for part in marks if part)
 
 
@@ -86,6 +90,20 @@ def compact_count(value: float) -> str:
 def state_pixmap(name: str, colour: QColor, size_px: int) -> QPixmap:
     """A state icon in its colour (the icon set caches the rendering)."""
     return safe_icon(name, colour).pixmap(size_px, size_px)
+
+
+def money(value: float) -> str:
+    """``$0.031``, ``$1.24``, ``$1,204``: a cost a header can hold."""
+    if value >= 1000:
+        return f"${value:,.0f}"
+    return f"${value:.2f}" if value >= 1 else f"${value:.3f}"
+
+
+def state_text(info: PaneInfo) -> str:
+    """The header's state word; a queued session says why it waits ("engine full: KV 97 %")."""
+    if info.state is SessionState.QUEUED and info.detail:
+        return info.detail
+    return info.look().word
 
 
 class PaneHeader(QWidget):
@@ -130,6 +148,8 @@ class PaneHeader(QWidget):
         tokens = info.tokens or pane.doc.tokens_flushed
         if tokens:
             right = f"{right}  {compact_count(tokens)} tok" if right else f"{compact_count(tokens)} tok"
+        if info.cost_usd:  # what the same tokens would have cost at the chosen paid API
+            right = f"{right}  {money(info.cost_usd)}"
         text = pal.color(QPalette.ColorRole.WindowText)
         dim = theme.mix(text, pal.color(QPalette.ColorRole.Window), 0.45)
         right_w = fm.horizontalAdvance(right) + 6 if right else 0
@@ -145,12 +165,12 @@ class PaneHeader(QWidget):
         p.drawText(QRect(name_x, 2, w - name_x, row), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, name)
         p.setFont(self.font())
         # Row 2: repo · branch · mode · protocol, state on the right (coloured only when it means something).
-        state_text = look.word
-        state_w = fm.horizontalAdvance(state_text) + 8
+        said = fm.elidedText(state_text(info), Qt.TextElideMode.ElideRight, max(10, w // 2))
+        state_w = fm.horizontalAdvance(said) + 8
         p.setPen(colour if info.state is not SessionState.RUNNING else dim)
         if look.tint or look.border_px > 1:
             p.setFont(bold)
-        p.drawText(QRect(0, 2 + row, w - 5, row), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, state_text)
+        p.drawText(QRect(0, 2 + row, w - 5, row), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, said)
         p.setFont(self.font())
         where = info.where()
         p.setPen(dim)
@@ -206,9 +226,10 @@ class SessionPane(QFrame):
         if info.state is not old_state:
             self.update()
 
-    def set_stats(self, tokens: int, tokens_per_s: float) -> None:
+    def set_stats(self, tokens: int, tokens_per_s: float, cost_usd: float | None = None) -> None:
         self.info.tokens = tokens
         self.info.tokens_per_s = tokens_per_s
+        self.info.cost_usd = cost_usd
         self.header.update()
 
     def show_approval(self, title: str, summary: str, arguments: str, preview: str = "") -> None:
