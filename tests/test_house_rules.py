@@ -47,6 +47,14 @@ def test_the_engine_launcher_is_built_in_one_place() -> None:
     assert len(where) == 1 and where[0].startswith("workstation/engine/host.py:"), where
 
 
+def test_the_tuners_are_built_in_one_place_the_service_factory() -> None:
+    """The tuning verbs and the GPU suite get their tuners from ``Services`` (over its one
+    HTTP client; a screening's trial engines stop when the services close)."""
+    for tuner in ("Autotuner", "ScreeningTuner"):
+        where = _constructions(tuner)
+        assert len(where) == 1 and where[0].startswith("workstation/services.py:"), (tuner, where)
+
+
 def test_the_finders_see_a_construction_where_there_is_one() -> None:
     """The check above cannot pass by finding nothing: the parser does see calls."""
     tree = ast.parse("fleet = Fleet(data_dir=d)\nlauncher = host.EngineLauncher(s)\nclass Fleet: ...\n")

@@ -168,3 +168,48 @@ async def test_a_failing_shutdown_stage_is_logged_and_the_next_stages_still_run(
         await services.aclose()
     assert "shutdown: closing the fleet failed" in caplog.text and "the store is gone" in caplog.text
     assert not made[0].alive()  # the engine stage ran after the failed one
+
+
+async def test_the_tuners_share_the_client_and_a_screening_left_running_is_stopped_on_close(
+        settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both tuners are the factory's, over its one HTTP client; the trial engines a screening
+    started are stopped by the services' close even when the caller never got to close it."""
+    from workstation.engine.environment import EngineInstall
+    from workstation.engine.models import ModelSpec
+    from workstation.tuning import screening
+    from workstation.tuning.bench import tuning_settings
+    from workstation.tuning.checks import model_traits
+    from workstation.tuning.results import Workload
+
+    vllm = FakeVllm()
+    started: list[FakeLauncher] = []
+
+    class TrialLaunchers:  # the screening makes its engines through Launchers(settings, engine, model)
+        def __init__(self, trial_settings, engine, model) -> None:  # type: ignore[no-untyped-def]
+            assert trial_settings.engine.port == 0  # the lab's settings reached it, not the live engine's
+        def __call__(self, profile, env, **_where):  # type: ignore[no-untyped-def]
+            started.append(FakeLauncher(vllm, profile, env))
+            return started[-1]
+
+    monkeypatch.setattr(screening, "Launchers", TrialLaunchers)
+    install = EngineInstall(python=Path("python3"), platform="cuda", version="0.26.0", managed=False)
+    model = ModelSpec("smollm2", "smollm2", None, max_model_len=8192, builtin=True)
+    traits = model_traits("smollm2", {"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+    base, lab = flatten(PRESETS["default"], PRESETS, platform="cuda"), tuning_settings(settings)
+    workload = Workload(kind="synthetic", concurrency=4, input_len=64, output_len=32)
+    services = Services(settings, http=vllm.client())
+    auto = services.autotuner(lab, install, model, base, workload, candidates=[], traits=traits, help_flags=None,
+                              budget_s=60.0, log_dir=settings.logs_dir, env={"A": "1"})
+    assert auto.http is services.http and auto.settings is lab and auto.env == {"A": "1"}
+    with pytest.raises(RuntimeError, match="the caller failed"):
+        async with services:
+            tuner = services.screening_tuner(lab, install, model, base, candidates=[], traits=traits,
+                                             help_flags=None, side=screening.SideBySide(1 << 30, 0.1),
+                                             references=[flatten(PRESETS["vllm-defaults"], PRESETS)],
+                                             log_dir=settings.logs_dir)
+            assert tuner.http is services.http
+            await tuner.start()
+            assert [t.launcher is not None for t in tuner.trials] == [True, True]
+            assert all(launcher.alive() for launcher in started)
+            raise RuntimeError("the caller failed before closing the tuner")
+    assert len(started) == 2 and not any(launcher.alive() for launcher in started)

@@ -8,10 +8,11 @@ verb and the benchmarks — so a setting (the sandbox!) is honoured everywhere o
         endpoint = await engine.start(progress=say)       # stopped by the staged close
         fleet = services.fleet()                          # follows the engine, agents sandboxed
         meters = services.meters(streams=fleet.streams)   # scrapes the live engine, marks its pid
+        tuner = services.screening_tuner(lab, install, model, baseline, ...)  # trial engines beside it
         ...
 
 :meth:`Services.aclose` shuts down what it built in stages — stop accepting work (fleets end
-their agents) → meters → the engines' scrapers → the engine → the stream worker → the HTTP
+their agents) → the tuners' trial engines → meters → the engines' scrapers → the engine → the stream worker → the HTTP
 client — and logs every stage that fails instead of hiding it. Whatever follows the live
 engine is wired here: after a restart or a safe switch the fleet's router and the meters'
 scraper and engine pid use the new engine. Every engine's ``/metrics`` is scraped once
@@ -26,7 +27,7 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -39,19 +40,29 @@ from workstation.config import Settings
 from workstation.core.admission_limit import AdmissionTarget
 from workstation.core.cost import ApiPrice
 from workstation.core.endpoints import Endpoint
+from workstation.core.engine_sizing import GpuMemory
 from workstation.core.errors import UserError
+from workstation.core.profiles import Profile
 from workstation.core.replicas import PlacementError, ReplicaPlan, plan_replicas
+from workstation.core.traffic import TrafficShape
 from workstation.engine.chat_client import ChatClient
+from workstation.engine.environment import EngineInstall
 from workstation.engine.host import EngineHost, Launchers
 from workstation.engine.http import make_http_client
+from workstation.engine.models import ModelSpec
 from workstation.engine.stream_worker import StreamWorker
 from workstation.fleet import Fleet, real_agent_factory
 from workstation.fleet.agent_bridge import AgentFactory
 from workstation.fleet.bootstrap import BootstrapOptions
 from workstation.telemetry.meters import Meters
 from workstation.telemetry.scrapers import ScraperSet
+from workstation.tuning.autotune import MIN_REPEATS, Autotuner, Candidate
+from workstation.tuning.checks import ModelTraits
 from workstation.tuning.live_switch import LiveSwitch, plan_beside
 from workstation.tuning.placement import Placement
+from workstation.tuning.results import Slo, Workload
+from workstation.tuning.screening import ScreeningTuner, SideBySide
+from workstation.tuning.store import TuningStore
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +81,7 @@ class Services:
         self._launchers: dict[str | None, Launchers] = {}
         self._fleets: list[Fleet] = []
         self._meters: list[Meters] = []
+        self._tuners: list[ScreeningTuner] = []
         self._followers: list[EndpointFollower] = []
         self._streams: StreamWorker | None = None
         self._scrapers: ScraperSet | None = None
@@ -293,6 +305,38 @@ class Services:
             raise UserError("the engine is not running")
         return plan_beside(live.engine.platform, dict(live.extra_env))
 
+    # ----- tuners -----
+    def autotuner(self, trial_settings: Settings, engine: EngineInstall, model: ModelSpec, baseline: Profile,
+                  workload: Workload, *, candidates: Sequence[Candidate], traits: ModelTraits,
+                  help_flags: set[str] | None, budget_s: float, log_dir: Path, shape: TrafficShape | None = None,
+                  repeats: int = MIN_REPEATS, store: TuningStore | None = None, slo: Slo | None = None,
+                  env: Mapping[str, str] | None = None) -> Autotuner:
+        """The tuner that tries one change after another from ``baseline`` over the shared
+        client. Its trial engines start with ``trial_settings`` (the lab's, as a rule
+        :func:`~workstation.tuning.bench.tuning_settings`: a fixed KV cache and a free port, so
+        that no trial takes the live engine's port), one at a time, each stopped after its
+        measurement; their logs go under ``log_dir``."""
+        return Autotuner(trial_settings, engine, model, self.http, baseline, workload, shape=shape, traits=traits,
+                         help_flags=help_flags, candidates=candidates, budget_s=budget_s, repeats=repeats,
+                         store=store, slo=slo, log_dir=log_dir, env=dict(env or {}))
+
+    def screening_tuner(self, trial_settings: Settings, engine: EngineInstall, model: ModelSpec, baseline: Profile,
+                        *, candidates: Sequence[Candidate], traits: ModelTraits, help_flags: set[str] | None,
+                        side: SideBySide, log_dir: Path, references: Sequence[Profile] = (), repeats: int = 3,
+                        store: TuningStore | None = None, slo: Slo | None = None,
+                        gpu_memory: Callable[[], list[GpuMemory]] | None = None,
+                        sessions: int | None = None) -> ScreeningTuner:
+        """The tuner that screens every change at once, one engine each beside the baseline
+        (``side``: their share of the GPU), over the shared client; engines start with
+        ``trial_settings`` and are sized for ``sessions``. Whatever of its engines still runs
+        when the services close is stopped then (after the fleets, before the meters)."""
+        tuner = ScreeningTuner(trial_settings, engine, model, self.http, baseline, traits=traits,
+                               help_flags=help_flags, candidates=candidates, side=side, references=references,
+                               repeats=repeats, store=store, slo=slo, log_dir=log_dir, gpu_memory=gpu_memory,
+                               sessions=sessions)
+        self._tuners.append(tuner)
+        return tuner
+
     # ----- shut-down -----
     async def close_sessions(self) -> None:
         """The first stage of the shut-down alone: every fleet ends its agents (sessions keep
@@ -307,8 +351,13 @@ class Services:
 
     async def aclose(self) -> None:
         """Stop accepting work (every fleet ends its agents; sessions keep their state) → the
-        meters → the engine → the HTTP client. A stage that fails is logged and the next runs."""
+        tuners' trial engines → the meters → the engine → the HTTP client. A stage that fails is
+        logged and the next runs."""
         await self.close_sessions()
+        tuners, self._tuners = self._tuners, []
+        for tuner in reversed(tuners):
+            with shutdown_stage("stopping the tuner's trial engines"):
+                await tuner.close()
         for meters in reversed(self._meters):
             with shutdown_stage("closing the meters"):
                 await meters.aclose()

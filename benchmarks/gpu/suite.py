@@ -51,6 +51,7 @@ from workstation.engine.http import make_http_client  # noqa: E402
 from workstation.engine.host import Launchers  # noqa: E402
 from workstation.engine.launcher import EngineLauncher  # noqa: E402
 from workstation.engine.models import resolve_model  # noqa: E402
+from workstation.services import Services  # noqa: E402
 
 GIB = 1 << 30
 CLINE = {"input_len": 512, "output_len": 512, "concurrency": 256}
@@ -320,15 +321,13 @@ def tune_setup(args: argparse.Namespace, *, candidates: bool):  # type: ignore[n
             workloads, settings.logs_dir)
 
 
-def make_tuner(http, setup):  # type: ignore[no-untyped-def]
-    from workstation.tuning.screening import ScreeningTuner
-
+def make_tuner(services, setup):  # type: ignore[no-untyped-def]
     (tune_settings, engine, model, store, baseline, reference, traits, help_flags, cands, side, gpus, _w,
      logs) = setup
-    tuner = ScreeningTuner(tune_settings, engine, model, http, baseline, traits=traits, help_flags=help_flags,
-                           candidates=cands, side=side, references=[reference], store=store,
-                           log_dir=logs / "gpu-tune", gpu_memory=lambda: gpus,
-                           sessions=max(32, max(w.concurrency for _k, _n, w, _s in setup[11])))
+    tuner = services.screening_tuner(tune_settings, engine, model, baseline, traits=traits, help_flags=help_flags,
+                                     candidates=cands, side=side, references=[reference], store=store,
+                                     log_dir=logs / "gpu-tune", gpu_memory=lambda: gpus,
+                                     sessions=max(32, max(w.concurrency for _k, _n, w, _s in setup[11])))
     tuner.progress.connect(say)
     return tuner
 
@@ -336,8 +335,8 @@ def make_tuner(http, setup):  # type: ignore[no-untyped-def]
 async def part_tune(args: argparse.Namespace, results: Results, deadline: float) -> None:
     setup = await asyncio.to_thread(tune_setup, args, candidates=True)
     cands, side, workloads = setup[8], setup[9], setup[11]
-    async with make_http_client() as http:
-        tuner = make_tuner(http, setup)
+    async with Services(setup[0]) as services:
+        tuner = make_tuner(services, setup)
         say(f"candidates: {', '.join(c.change for c in cands)}")
         t0 = time.monotonic()
         try:
@@ -381,8 +380,8 @@ async def part_confirm(args: argparse.Namespace, results: Results, deadline: flo
     if not todo:
         say("nothing to confirm: no shape kept two or more changes")
         return
-    async with make_http_client() as http:
-        tuner = make_tuner(http, setup)
+    async with Services(setup[0]) as services:
+        tuner = make_tuner(services, setup)
         try:
             await tuner.start()
             for key, name, workload, shape in todo:

@@ -409,8 +409,8 @@ async def _spare_gpu_env() -> dict[str, str]:
 async def _tune_side_by_side(args, store, settings, engine, model, baseline, traits, help_flags, cands,  # type: ignore[no-untyped-def]
                              workload, shape, slo) -> int:
     from workstation.engine.gpu_memory import read_gpu_memory
-    from workstation.engine.http import make_http_client
-    from workstation.tuning.screening import ScreeningTuner, SideBySide
+    from workstation.services import Services
+    from workstation.tuning.screening import SideBySide
 
     gpus = await asyncio.to_thread(read_gpu_memory)
     if not gpus:
@@ -425,11 +425,11 @@ async def _tune_side_by_side(args, store, settings, engine, model, baseline, tra
     run_name = f"tune-side-{time.strftime('%Y%m%d-%H%M%S')}"
     _say(f"side by side on {gpus[0].name}: baseline '{baseline.name}', {len(cands)} changes, references "
          f"{', '.join(args.reference) or 'none'}; {kv_gib:g} GiB KV cache each; {workload.describe()}")
-    async with make_http_client() as http:
-        tuner = ScreeningTuner(settings, engine, model, http, baseline, traits=traits, help_flags=help_flags,
-                               candidates=cands, side=side, references=references, repeats=args.repeats,
-                               store=store, slo=slo, log_dir=store.runs_dir / run_name,
-                               gpu_memory=lambda: gpus, sessions=workload.concurrency)
+    async with Services(settings) as services:
+        tuner = services.screening_tuner(settings, engine, model, baseline, traits=traits, help_flags=help_flags,
+                                         candidates=cands, side=side, references=references, repeats=args.repeats,
+                                         store=store, slo=slo, log_dir=store.runs_dir / run_name,
+                                         gpu_memory=lambda: gpus, sessions=workload.concurrency)
         tuner.progress.connect(_say)
         screening = await tuner.run(workload, shape, name=shape.name if shape else "workload")
     for line in screening.report.table():
@@ -453,7 +453,7 @@ def _tune(args: argparse.Namespace) -> int:
         from workstation.engine.flags import known_flags
         from workstation.engine.models import resolve_model
         from workstation.services import Services
-        from workstation.tuning.autotune import TABLE_HEAD, Autotuner, candidates_for
+        from workstation.tuning.autotune import TABLE_HEAD, candidates_for
         from workstation.tuning.bench import tuning_settings
         from workstation.tuning.checks import model_traits
 
@@ -477,11 +477,10 @@ def _tune(args: argparse.Namespace) -> int:
              f"{workload.describe()}, budget {args.budget_s:.0f} s, {args.repeats} runs per measurement")
         _say(f"candidates: {', '.join(c.change for c in cands)}")
         async with Services(settings) as services:
-            http = services.http
-            tuner = Autotuner(tsettings, engine, model, http, baseline, workload, shape=shape, traits=traits,
-                              help_flags=help_flags, candidates=cands, budget_s=args.budget_s,
-                              repeats=args.repeats, store=store, slo=slo, log_dir=store.runs_dir / run_name,
-                              env=env)
+            tuner = services.autotuner(tsettings, engine, model, baseline, workload, shape=shape, traits=traits,
+                                       help_flags=help_flags, candidates=cands, budget_s=args.budget_s,
+                                       repeats=args.repeats, store=store, slo=slo, log_dir=store.runs_dir / run_name,
+                                       env=env)
             tuner.progress.connect(_say)
             tuner.step_done.connect(lambda step: _say(step.table_row()))
             _say(TABLE_HEAD)
