@@ -147,6 +147,8 @@ def test_quitting_with_a_pending_approval_asks_first(qtbot, fleet_ui: FleetUI) -
         window = ui.window
         asked: list[bool] = []
         window.close_requested.connect(lambda: asked.append(True))
+        assert ui.commands.waiting_actions() == {sid: "write_to_file calc.py"}  # the fleet's approvals desk
+        window.panes[sid].approval.summary.setText("what the pane shows  — is not read")
         window.close()
         dialog = window.confirmations.dialog
         assert dialog is not None and dialog.headline.text() == "Quit with 1 waiting for you?"

@@ -104,6 +104,12 @@ class FleetCommands:
                 return request.request_id
         raise UserError("that session has no pending approval")
 
+    def waiting_actions(self) -> dict[str, str]:
+        actions: dict[str, str] = {}
+        for request in self.fleet.pending_approvals():
+            actions.setdefault(request.session_id, request.summary or request.tool)
+        return actions
+
     async def approve(self, session_id: str, edited_arguments: str | None = None) -> None:
         request_id = self._request_id(session_id)
         if edited_arguments is None:
@@ -212,7 +218,7 @@ class FleetCommands:
         facts = await merge_facts(self.fleet.git, workspace_of(rec))
         results = [e.result for _seq, e in await self.fleet.transcript(session_id) if isinstance(e, ev.TaskCompleted)]
         conf = repo_settings(self.fleet.bootstrap.options.repos, Path(rec.repo_path))
-        waiting = next((r.summary or r.tool for r in self.fleet.pending_approvals() if r.session_id == session_id), "")
+        waiting = self.waiting_actions().get(session_id, "")
         return ReviewPlan(
             session_id, rec.name, rec.branch, rec.base_branch,
             suggested_message(rec.name, rec.spec.task, diff, results[-1] if results else ""),

@@ -1,6 +1,8 @@
 """Asks before the two stops that cut work off: stopping the engine while requests are in
 flight, and quitting while sessions work or wait for a person. Each confirmation names the
-sessions it affects; with nothing in flight nothing is asked.
+sessions it affects; with nothing in flight nothing is asked. The action a session waits to
+have approved is the one the fleet's approvals desk holds (``SessionCommands.waiting_actions``),
+not the text a pane happens to show.
 
 It owns whether the user already said yes to quitting (the next close goes through)."""
 
@@ -10,7 +12,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 from workstation.core.session_state import SessionState
-from workstation.ui.backend import EngineControl
+from workstation.ui.backend import EngineControl, SessionCommands
 from workstation.ui.dialogs.confirm import Confirmations
 from workstation.ui.panes.session_pane import SessionPane
 
@@ -22,6 +24,10 @@ class GuardedWindow(Protocol):
     def panes(self) -> Mapping[str, SessionPane]: ...
     @property
     def confirmations(self) -> Confirmations: ...
+    @property
+    def commands(self) -> SessionCommands | None:
+        """The sessions' commands (None before the fleet is up and once shutdown began)."""
+        ...
     @property
     def generating(self) -> int:
         """Requests the engine is generating now (the fleet's slots in use)."""
@@ -45,10 +51,12 @@ class StopGuard:
         return [p.info.name for p in self.window.panes.values() if p.info.state.is_working]
 
     def _waiting(self) -> list[str]:
+        commands = self.window.commands
+        actions = commands.waiting_actions() if commands is not None else {}
         out = []
         for p in self.window.panes.values():
             if p.info.state is SessionState.AWAITING_APPROVAL:
-                action = p.approval.summary.text().split("  — ")[0] or "an action"
+                action = actions.get(p.info.session_id) or "an action"
                 out.append(f"{p.info.name}: waits for approval of {action}")
             elif p.info.state is SessionState.NEEDS_INPUT:
                 out.append(f"{p.info.name}: waits for your answer")
