@@ -76,7 +76,7 @@ The panel never polls: it redraws from the signals listed.
 
 4. **Autotuner** (a live table, the story's)
 
-   - start: ``Autotuner(tuning_settings(settings), engine, model, http, baseline, workload,
+   - start: ``services.autotuner(tuning_settings(settings), engine, model, baseline, workload,
      shape=shape, traits=checks.model_traits(...), help_flags=..., candidates=
      autotune.candidates_for(...), budget_s=..., store=store, log_dir=...)``; ``await run()``
      in a named task the panel owns (cancel = *Stop*; the engine it started is stopped);
