@@ -17,7 +17,7 @@ from workstation.config import load_settings
 from workstation.engine.chat_client import ChatClient
 from workstation.engine.flags import UnknownFlagError
 from workstation.engine.http import make_http_client
-from workstation.engine.launcher import EngineLauncher, EngineStartError, EngineState
+from workstation.engine.launcher import EngineLauncher, EngineStartCancelled, EngineStartError, EngineState
 
 pytestmark = pytest.mark.engine
 
@@ -114,6 +114,26 @@ async def test_tiny_engine_start_stream_stop_restart_leaves_nothing_behind(tmp_p
     assert launcher.state is EngineState.STOPPED
     assert not [p for p in second_members if p.is_running()]
     assert EngineState.STARTING in states and EngineState.READY in states and EngineState.STOPPED in states
+
+
+async def test_a_start_is_cancelled_by_stop_and_leaves_nothing_behind(tmp_path):
+    launcher = _tiny_launcher(tmp_path)
+    said: list[str] = []
+    starting = asyncio.create_task(launcher.start(said.append))
+    for _ in range(100):  # until the engine process runs (it then loads for many seconds)
+        if launcher.pid is not None:
+            break
+        await asyncio.sleep(0.1)
+    pid = launcher.pid
+    assert pid is not None and launcher.state is EngineState.STARTING
+    await asyncio.sleep(1.0)
+    members = _group_members(pid)
+    await launcher.stop()  # the dock's "Cancel start"
+    with pytest.raises(EngineStartCancelled, match="cancelled"):
+        await starting
+    assert launcher.state is EngineState.STOPPED and launcher.pid is None
+    assert not [p for p in members if p.is_running()], "engine processes survived a cancelled start"
+    assert "engine start cancelled" in said
 
 
 async def test_port_already_taken_is_a_clear_error_before_launch(tmp_path):

@@ -211,6 +211,15 @@ def test_engine_dock_buttons_and_log(qtbot, qloop, settings) -> None:  # type: i
         qtbot.mouseClick(dock.start_button, Qt.MouseButton.LeftButton)
         run(qloop, wait_until(lambda: len(engine.calls) == 3))
         assert engine.calls[-1] == ("start", "default")  # the view reset the profile it reports
+        engine.state = "starting"  # a start can be cancelled from the dock
+        window.set_engine_view(engine.view())
+        assert dock.stop_button.text() == "Cancel start" and dock.stop_button.isEnabled()
+        qtbot.mouseClick(dock.stop_button, Qt.MouseButton.LeftButton)
+        run(qloop, wait_until(lambda: len(engine.calls) == 4))
+        assert engine.calls[-1] == ("stop", None)
+        engine.state = "stopped"
+        window.set_engine_view(engine.view())
+        assert dock.stop_button.text() == "Stop"
         for i in range(5):
             window.engine_log_line(f"line {i}")
         window.flush()

@@ -73,6 +73,10 @@ class EngineStartError(UserError):
     """The engine did not come up; the message carries its last log lines."""
 
 
+class EngineStartCancelled(EngineStartError):
+    """:meth:`EngineLauncher.stop` was called while the engine was still starting."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
@@ -342,6 +346,10 @@ class EngineLauncher:
         self._reader = asyncio.create_task(self._read_log(), name=f"engine-log-{self.port}")
         try:
             await self._wait_healthy(t0, say)
+        except EngineStartCancelled:
+            self._set_state(EngineState.STOPPED, "start cancelled")
+            say("engine start cancelled")
+            raise
         except BaseException:
             await self.stop()
             self._set_state(EngineState.FAILED, "start failed")
@@ -423,16 +431,19 @@ class EngineLauncher:
         return f"the engine exited with code {code} during start-up"
 
     async def _wait_healthy(self, t0: float, say: Callable[[str], None]) -> None:
-        assert self._proc is not None
+        proc = self._proc
+        assert proc is not None
         url = f"http://{self.settings.engine.host}:{self.port}/health"
         deadline = t0 + self.settings.engine.start_timeout_s
         last_note = t0
         async with httpx.AsyncClient(timeout=2.0, trust_env=False) as http:
             while True:
-                if self._proc.returncode is not None:
+                if self._proc is not proc or self.state is EngineState.STOPPING:  # stop() while starting
+                    raise EngineStartCancelled("the engine's start was cancelled")
+                if proc.returncode is not None:
                     await asyncio.sleep(0.2)  # let the reader drain the last lines
                     raise EngineStartError(
-                        f"{self._diagnose_exit(self._proc.returncode)}; last log lines:\n{self._last_lines()}",
+                        f"{self._diagnose_exit(proc.returncode)}; last log lines:\n{self._last_lines()}",
                         hint=f"full log: {self.log_path}",
                     )
                 with contextlib.suppress(httpx.HTTPError):
@@ -450,7 +461,7 @@ class EngineLauncher:
                     tail = self.log_tail[-1][-100:] if self.log_tail else ""
                     say(f"  … {now - t0:.0f} s: {tail}")
                 with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(self._proc.wait(), timeout=0.5)
+                    await asyncio.wait_for(proc.wait(), timeout=0.5)
 
     @staticmethod
     async def _terminate_group(proc: asyncio.subprocess.Process, grace_s: float) -> None:

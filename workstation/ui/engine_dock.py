@@ -93,6 +93,10 @@ class EngineDock(QDockWidget):
         busy = view.state in ("starting", "stopping")
         self.start_button.setEnabled(managed and view.state in ("stopped", "failed"))
         self.stop_button.setEnabled(managed and view.state in ("ready", "starting"))
+        starting = view.state == "starting"
+        self.stop_button.setText("Cancel start" if starting else "Stop")
+        self.stop_button.setToolTip("Stop the engine while it loads; nothing is left running" if starting
+                                    else "Stop the engine (asks first while requests are in flight)")
         self.restart_button.setEnabled(managed and not busy and view.state != "stopped")
         self.profile.setEnabled(managed and not busy)
 
