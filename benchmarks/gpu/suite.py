@@ -229,7 +229,7 @@ async def part_bench(args: argparse.Namespace, results: Results, deadline: float
     model = resolve_model(settings, args.model)
     results.data.update(machine_facts(engine.version))
     results.save()
-    store = TuningStore(settings.data_dir / "tuning")
+    store = TuningStore(settings.data_dir)
     mvb = _load("meter_vs_bench")
     tokens, repeats = (256, 5) if not args.dry_run else (32, 3)
     bench: dict[str, Any] = results.data.get("engine_bench", {})
@@ -288,7 +288,7 @@ def tune_setup(args: argparse.Namespace, *, candidates: bool):  # type: ignore[n
     settings = load_settings()
     engine = require_engine(settings)
     model = resolve_model(settings, args.model)
-    store = TuningStore(settings.data_dir / "tuning")
+    store = TuningStore(settings.data_dir)
     shape_name = args.shape or "gpu-fleet-32"
     shape = store.load_shape(shape_name)
     baseline = flatten(PRESETS["default"], PRESETS, platform=engine.platform)
