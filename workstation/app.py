@@ -259,7 +259,8 @@ class Application:
         assert self.services is not None and self.engine is not None and self.http is not None
         host = self.engine.host
         return LiveJobs(self.http, endpoint=lambda: host.get(), store=store, fleets=self.services.fleet,
-                        engine=lambda: find_engine(self.settings))
+                        engine=lambda: find_engine(self.settings), settings=self.settings,
+                        autotuners=self.services.autotuner)
 
     def _install_tuning(self) -> None:
         """The Tuning dock's checks and the live engine's safe switch. Only an engine the app

@@ -95,3 +95,45 @@ def test_capture_records_a_traffic_shape_from_agent_sessions(qtbot, qloop, dock_
         assert dock.store.load_shape(new).requests > 0
 
     run(qloop, body())
+
+
+@pytest.mark.engine
+def test_tune_plans_from_the_installed_engine_runs_and_is_cancelled(qtbot, qloop, dock_and_jobs, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from workstation.config import load_settings
+    from workstation.services import Services
+
+    dock, jobs = dock_and_jobs
+    with monkeypatch.context() as m:
+        m.delenv("WORKSTATION_DATA_DIR")
+        real = load_settings()  # the installed engine and models (the dock's store stays the test's)
+    jobs.settings = real.model_copy(update={"engine": real.engine.model_copy(update={"model": "tiny"})})
+    services = Services(jobs.settings)
+    jobs.autotuners = services.autotuner
+    row = dock.jobs
+    said: list[str] = []
+
+    def engines() -> set[int]:
+        import psutil
+
+        found = set()
+        for p in psutil.process_iter(["cmdline"]):
+            if any("vllm" in part for part in (p.info["cmdline"] or [])[:3]):
+                found.add(p.pid)
+        return found
+
+    async def body() -> None:
+        before = engines()  # the shared dev engines
+        qtbot.mouseClick(row.tune_button, Qt.MouseButton.LeftButton)
+        await wait_until(lambda: "starting vLLM" in row.status.text() or not row.running, 240)
+        said.append(row.status.text())
+        assert row.running and "with tiny" in said[0], said  # planned from the installed engine: a trial starts
+        await wait_until(lambda: engines() - before != set(), 60)  # the trial engine runs
+        await asyncio.sleep(1.0)
+        qtbot.mouseClick(row.cancel_button, Qt.MouseButton.LeftButton)
+        await wait_until(lambda: not row.running, 60)
+        assert row.status.text() == "tune cancelled; nothing was stored"
+        assert not list(dock.store.runs_dir.glob("tune-*.json"))
+        await wait_until(lambda: engines() - before == set(), 30)  # the trial engine was stopped
+        await services.aclose()
+
+    run(qloop, body())

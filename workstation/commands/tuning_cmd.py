@@ -449,23 +449,14 @@ def _tune(args: argparse.Namespace) -> int:
         raise UserError("--repeats must be at least 3 (the noise must be known)")
 
     async def main() -> int:
-        from workstation.engine.environment import engine_help_text, require_engine
-        from workstation.engine.flags import known_flags
-        from workstation.engine.models import resolve_model
         from workstation.services import Services
-        from workstation.tuning.autotune import TABLE_HEAD, candidates_for
-        from workstation.tuning.bench import tuning_settings
-        from workstation.tuning.checks import model_traits
+        from workstation.tuning.autotune import TABLE_HEAD
+        from workstation.tuning.tune_plan import plan_tune
 
-        tsettings = tuning_settings(settings, kv_cache_gib=args.kv_cache_gib)
-        engine = require_engine(tsettings)
-        model = resolve_model(tsettings, args.model)
-        baseline, _ = store.resolve(args.profile, platform=engine.platform)
-        help_flags = known_flags(await asyncio.to_thread(engine_help_text, engine, settings.cache_dir))
-        traits = model_traits(model.served_name, model.config_json)
-        kv = int((tsettings.engine.kv_cache_gib or 0) * (1 << 30)) or None
-        cands = candidates_for(engine.platform, traits, concurrency=workload.concurrency,
-                               base_args=list(baseline.args), kv_cache_bytes=kv)
+        plan = await plan_tune(settings, store, workload, model=args.model, profile=args.profile,
+                               kv_cache_gib=args.kv_cache_gib)
+        tsettings, engine, model, baseline = plan.trial_settings, plan.engine, plan.model, plan.baseline
+        traits, help_flags, cands = plan.traits, plan.help_flags, plan.candidates
         if args.side_by_side:
             return await _tune_side_by_side(args, store, tsettings, engine, model, baseline, traits, help_flags,
                                             cands[: args.side_by_side], workload, shape, slo)
@@ -473,8 +464,7 @@ def _tune(args: argparse.Namespace) -> int:
         if args.spare_gpu:
             env.update(await _spare_gpu_env())
         run_name = f"tune-{time.strftime('%Y%m%d-%H%M%S')}"
-        _say(f"autotune {model.served_name} on vLLM {engine.version} ({engine.platform}), baseline '{baseline.name}', "
-             f"{workload.describe()}, budget {args.budget_s:.0f} s, {args.repeats} runs per measurement")
+        _say(plan.describe(workload, args.budget_s, args.repeats))
         _say(f"candidates: {', '.join(c.change for c in cands)}")
         async with Services(settings) as services:
             tuner = services.autotuner(tsettings, engine, model, baseline, workload, shape=shape, traits=traits,

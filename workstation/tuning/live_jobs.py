@@ -1,6 +1,6 @@
-"""The tuning jobs the window runs against the live engine: capture a traffic shape (agent
-sessions of the demo manifest, recorded) and bench the engine (the newest captured shape's
-workload, else the built-in agent-like one). Qt-free; each job is one coroutine that the
+"""The tuning jobs the window runs: capture a traffic shape (agent sessions of the demo
+manifest on the live engine, recorded), bench the live engine (the newest captured shape's
+workload, else the built-in agent-like one) and tune (trial engines, one change at a time). Qt-free; each job is one coroutine that the
 caller may cancel at any point (the capture's fleet closes, the load generator's requests
 end), says what it does through ``say``, stores what it made and returns one line for it."""
 
@@ -15,12 +15,17 @@ from pathlib import Path
 
 import httpx
 
+from workstation.config import Settings
 from workstation.core.endpoints import Endpoint
+from workstation.core.errors import UserError
+from workstation.core.traffic import TrafficShape
 from workstation.engine.environment import EngineInstall
+from workstation.tuning.autotune import MIN_REPEATS, Autotuner
 from workstation.tuning.bench import context_for, run_workload
 from workstation.tuning.fleet_capture import FleetMaker, capture_fleet_shape
 from workstation.tuning.loadgen import agent_like_workload, workload_from_shape
 from workstation.tuning.store import TuningStore
+from workstation.tuning.tune_plan import plan_tune
 
 Say = Callable[[str], None]
 
@@ -34,10 +39,16 @@ class LiveJobs:
     fleets: FleetMaker
     engine: Callable[[], EngineInstall | None] = lambda: None
     """The installed engine the results name (looked up in a worker thread when a bench starts)."""
+    settings: Settings | None = None
+    """The app's settings (Tune plans its trial engines from them)."""
+    autotuners: Callable[..., Autotuner] | None = None
+    """``Services.autotuner``."""
     capture_sessions: int = 4
     capture_s: float = 60.0
     bench_s: float = 30.0
     bench_concurrency: int = 8
+    tune_s: float = 900.0
+    """Tune's budget: it tries one change after another until this time is spent."""
 
     async def capture(self, say: Say) -> str:
         """Record ``capture_sessions`` agent sessions for ``capture_s``; saves the shape."""
@@ -50,10 +61,39 @@ class LiveJobs:
         path = self.store.save_shape(shape)
         return f"{shape.summary_line()} — saved as {path.stem}"
 
+    def _newest_shape(self) -> TrafficShape | None:
+        names = self.store.shapes()
+        return self.store.load_shape(names[-1]) if names else None
+
+    async def tune(self, say: Say) -> str:
+        """Autotune a trial engine (beside the live one: it needs free GPU memory) for the newest
+        shape's workload, else the built-in one, within ``tune_s``; saves the run."""
+        if self.settings is None or self.autotuners is None:
+            raise UserError("tuning needs the app's settings and service factory")
+        shape = self._newest_shape()
+        workload = (workload_from_shape(shape, duration_s=30.0, warmup_s=5.0) if shape is not None
+                    else agent_like_workload(duration_s=30.0, warmup_s=5.0))
+        say("planning: the installed engine, its flags and the changes worth trying…")
+        plan = await plan_tune(self.settings, self.store, workload)
+        say(plan.describe(workload, self.tune_s, MIN_REPEATS))
+        run_name = f"tune-{time.strftime('%Y%m%d-%H%M%S')}"
+        tuner = self.autotuners(plan.trial_settings, plan.engine, plan.model, plan.baseline, workload, shape=shape,
+                                traits=plan.traits, help_flags=plan.help_flags, candidates=plan.candidates,
+                                budget_s=self.tune_s, repeats=MIN_REPEATS, store=self.store,
+                                log_dir=self.store.runs_dir / run_name)
+        tuner.progress.connect(say)
+        tuner.step_done.connect(lambda step: say(step.table_row()))
+        report = await tuner.run()
+        self.store.save_run(run_name, report.to_json())
+        if report.best_profile is None or not report.best_tok_s:
+            return f"tuned for {report.elapsed_s:.0f} s: nothing measured better than the baseline — run {run_name}"
+        gain = (f" ({100 * (report.best_tok_s / report.baseline_tok_s - 1):+.1f}% over the baseline)"
+                if report.baseline_tok_s else "")
+        return f"best {report.best_profile.name}: {report.best_tok_s:,.1f} tok/s{gain} — run {run_name}"
+
     async def bench(self, say: Say) -> str:
         """Load the live engine for ``bench_s``; stores the result."""
-        names = self.store.shapes()
-        shape = self.store.load_shape(names[-1]) if names else None
+        shape = self._newest_shape()
         if shape is not None:
             workload = workload_from_shape(shape, concurrency=self.bench_concurrency, duration_s=self.bench_s,
                                            warmup_s=min(5.0, self.bench_s / 5))

@@ -1,5 +1,6 @@
 """The Tuning dock's jobs row: Capture (record a traffic shape from agent sessions on the live
-engine) and Bench (load the live engine and store the result), each with its progress — a bar
+engine), Bench (load the live engine and store the result) and Tune (trial engines, one change
+at a time, within a budget), each with its progress — a bar
 over the job's planned time and the job's own last message — and Cancel. One job at a time;
 it runs as a task of the window's ``TaskOwner``; what it made lands in the dock's tabs (the
 dock reloads the store when ``finished`` fires).
@@ -29,9 +30,14 @@ TICK_MS = 250
 class Jobs(Protocol):
     capture_s: float
     bench_s: float
+    tune_s: float
 
     async def capture(self, say: Any) -> str: ...
     async def bench(self, say: Any) -> str: ...
+    async def tune(self, say: Any) -> str: ...
+
+
+WORDS = {"capture": "capturing…", "bench": "benchmarking…", "tune": "tuning…"}
 
 
 class TuningJobs(QWidget):
@@ -50,6 +56,7 @@ class TuningJobs(QWidget):
         row.setContentsMargins(4, 2, 4, 2)
         self.capture_button = QPushButton(safe_icon("record"), "Capture shape")
         self.bench_button = QPushButton(safe_icon("meters"), "Bench live engine")
+        self.tune_button = QPushButton(safe_icon("tuning"), "Tune")
         self.cancel_button = QPushButton(safe_icon("stop"), "Cancel")
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
@@ -57,11 +64,12 @@ class TuningJobs(QWidget):
         self.progress.setMaximumWidth(160)
         self.status = QLabel("")
         self.status.setWordWrap(False)
-        for w in (self.capture_button, self.bench_button, self.progress, self.cancel_button):
+        for w in (self.capture_button, self.bench_button, self.tune_button, self.progress, self.cancel_button):
             row.addWidget(w)
         row.addWidget(self.status, 1)
         self.capture_button.clicked.connect(lambda: self.start("capture"))
         self.bench_button.clicked.connect(lambda: self.start("bench"))
+        self.tune_button.clicked.connect(lambda: self.start("tune"))
         self.cancel_button.clicked.connect(self.cancel)
         self._timer = QTimer(self)
         self._timer.setInterval(TICK_MS)
@@ -75,6 +83,9 @@ class TuningJobs(QWidget):
                                            "record their traffic shape (the engine serves them beside yours)")
             self.bench_button.setToolTip(f"Load the live engine for {jobs.bench_s:.0f} s with the newest shape's "
                                          "workload and store the result (your sessions slow down meanwhile)")
+            self.tune_button.setToolTip(f"Try one engine change after another on trial engines for up to "
+                                        f"{jobs.tune_s / 60:.0f} min (they start beside the live engine: they need "
+                                        "free GPU memory) and keep the run")
         else:
             self.status.setText(f"Capture and Bench: {reason}")
         self._sync()
@@ -88,10 +99,10 @@ class TuningJobs(QWidget):
         if jobs is None or self.running:
             return None
         self._cancelled = False
-        self._planned_s = max(1.0, jobs.capture_s if kind == "capture" else jobs.bench_s)
+        self._planned_s = max(1.0, {"capture": jobs.capture_s, "bench": jobs.bench_s, "tune": jobs.tune_s}[kind])
         self._started = time.monotonic()
         self.progress.setValue(0)
-        self.status.setText("capturing…" if kind == "capture" else "benchmarking…")
+        self.status.setText(WORDS[kind])
         self.task = self._tasks.spawn(self._run(kind, jobs), f"tuning-{kind}")
         self._timer.start()
         self._sync()
@@ -104,7 +115,7 @@ class TuningJobs(QWidget):
             self.task.cancel()
 
     async def _run(self, kind: str, jobs: Jobs) -> None:
-        job = jobs.capture if kind == "capture" else jobs.bench
+        job = {"capture": jobs.capture, "bench": jobs.bench, "tune": jobs.tune}[kind]
         made = False
         try:
             said = await job(self._say)
@@ -135,7 +146,7 @@ class TuningJobs(QWidget):
 
     def _sync(self) -> None:
         idle = self._jobs is not None and not self.running
-        self.capture_button.setEnabled(idle)
-        self.bench_button.setEnabled(idle)
+        for button in (self.capture_button, self.bench_button, self.tune_button):
+            button.setEnabled(idle)
         self.cancel_button.setEnabled(self.running)
         self.progress.setVisible(self.running or self.progress.value() > 0)
