@@ -175,8 +175,9 @@ class TelemetrySettings(BaseSettings):
     api_price_model: str = "gpt-4.1-mini"
     """Paid API model the cost meter compares against (see prices.toml)."""
     gpu_hourly_usd: float | None = None
-    """Self-hosting cost as a rental price per GPU-hour (times the GPUs NVML sees);
-    None uses energy + amortization."""
+    """Self-hosting cost as a rental price per GPU-hour (times the GPUs NVML sees). None:
+    the typical rental price of the GPU model NVML names, or, with a hardware price set or
+    an unknown GPU, energy + amortization."""
     electricity_usd_per_kwh: float = 0.15
     """Electricity price for the energy-based self-hosting cost."""
     pue: float = 1.3

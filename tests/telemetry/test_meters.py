@@ -169,3 +169,29 @@ def test_one_token_rate_the_engine_count_where_it_has_one_else_the_streams() -> 
     assert meters.tokens_per_s == 900.0  # an engine down no longer counts
     meters._on_engine_sampled(sample("a", None, metrics=False))  # an outside API: no /metrics
     assert meters.tokens_per_s == meters.streams.tokens_per_s()
+
+
+async def test_with_no_price_set_the_gpu_hour_costs_what_its_model_typically_rents_for(tmp_path: Path) -> None:
+    from workstation.config import Settings
+
+    settings = Settings(data_dir=tmp_path)  # no gpu_hourly_usd, no hardware price
+    async with httpx.AsyncClient(transport=httpx.MockTransport(Engine())) as http:
+        meters = Meters.from_settings(settings, http, endpoints=[EP],
+                                      gpu_reader=NvmlReader(FakeNvml(devices=[device(), device(uuid="GPU-1")])))
+        assert meters.cost.assumptions.mode is SelfHostMode.ENERGY  # until a GPU is seen
+        try:
+            snap = await meters.collect_once(0.05)
+        finally:
+            await meters.aclose()
+    assert snap.cost is not None
+    a = snap.cost.assumptions
+    assert (a.mode, a.gpu_hourly_usd, a.gpu_count) == (SelfHostMode.GPU_HOURLY, 3.80, 2)  # two H200s
+    # a price the user set is theirs: no typical one replaces it
+    mine = Settings(data_dir=tmp_path, telemetry={"gpu_hourly_usd": 2.0})
+    async with httpx.AsyncClient(transport=httpx.MockTransport(Engine())) as http:
+        meters = Meters.from_settings(mine, http, endpoints=[EP], gpu_reader=NvmlReader(FakeNvml(devices=[device()])))
+        try:
+            snap = await meters.collect_once(0.05)
+        finally:
+            await meters.aclose()
+    assert snap.cost is not None and snap.cost.assumptions.gpu_hourly_usd == 2.0

@@ -27,6 +27,7 @@ from workstation.core.cost import (
     SelfHostMode,
 )
 from workstation.core.endpoints import Endpoint
+from workstation.core.gpu_prices import typical_gpu_hourly_usd
 from workstation.core.series import DEFAULT_HORIZON_S, SeriesBook
 from workstation.telemetry.app_metrics import AppMetricsServer
 from workstation.telemetry.cadence import cancel_and_wait
@@ -116,11 +117,14 @@ class Meters:
         app_metrics_port: int | None = None,
         streams: StreamCounters | None = None,
         scrapers: ScraperSet | None = None,
+        typical_gpu_price: bool = False,
     ) -> None:
         """``streams``: the token counters the sessions count into (the fleet's
         ``Fleet.streams``: one token rate for the whole app); default: counters of its own.
         ``scrapers``: the ``/metrics`` scrapers to read (the service factory's shared set,
-        which it closes); default: a set of its own for ``endpoints``."""
+        which it closes); default: a set of its own for ``endpoints``. ``typical_gpu_price``:
+        no self-hosting price was set, so the first GPU NVML names prices the GPU-hour at its
+        model's typical rental price (``core/gpu_prices.py``), until the user sets one."""
         self._http = http
         self._engine_pid: int | None = None
         self.prices = prices or PriceTable()
@@ -138,6 +142,7 @@ class Meters:
             log.warning("cost meter: no price for %r in the price table", api_model)
         self.cost = CostMeter(api=api, assumptions=assumptions or SelfHostAssumptions())
         self._auto_gpu_count = True  # GPU rental counts every GPU NVML sees, until the user says otherwise
+        self._auto_gpu_price = typical_gpu_price
         self._owns_scrapers = scrapers is None
         self.engines = scrapers if scrapers is not None else ScraperSet(
             http, interval_s=metrics_interval_s, window_s=latency_window_s)
@@ -163,6 +168,7 @@ class Meters:
         kwargs.setdefault("prices", load_price_table(settings.data_dir))
         kwargs.setdefault("api_model", t.api_price_model)
         kwargs.setdefault("assumptions", assumptions_from_settings(settings))
+        kwargs.setdefault("typical_gpu_price", t.gpu_hourly_usd is None and not t.hardware_usd)
         return cls(http, **kwargs)
 
     # ----------------------------------------------------------------- wiring
@@ -202,6 +208,7 @@ class Meters:
     def set_assumptions(self, assumptions: SelfHostAssumptions) -> None:
         """The user's assumptions (the GPU count is theirs from now on)."""
         self._auto_gpu_count = False
+        self._auto_gpu_price = False
         self.cost.set_assumptions(assumptions)
 
     # ----------------------------------------------------------------- events in
@@ -210,6 +217,14 @@ class Meters:
         self.series_updated.emit(tuple(values))
 
     def _on_gpu_sampled(self, snap: GpuSnapshot) -> None:
+        if snap.ok and snap.devices and self._auto_gpu_price:
+            self._auto_gpu_price = False
+            typical = typical_gpu_hourly_usd(snap.devices[0].name)
+            if typical is not None:
+                log.info("cost meter: %s rents for about $%.2f per GPU-hour (set telemetry.gpu_hourly_usd "
+                         "to yours)", snap.devices[0].name, typical)
+                self.cost.set_assumptions(replace(self.cost.assumptions, mode=SelfHostMode.GPU_HOURLY,
+                                                  gpu_hourly_usd=typical))
         if snap.ok and self._auto_gpu_count and self.cost.assumptions.gpu_count != len(snap.devices):
             self.cost.set_assumptions(replace(self.cost.assumptions, gpu_count=len(snap.devices)))
         self.cost.on_gpu_snapshot(snap)

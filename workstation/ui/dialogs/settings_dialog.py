@@ -280,7 +280,7 @@ class SettingsDialog(QDialog):
 
     def _offer_gpu_price(self, form: QFormLayout, gpu_name: str) -> None:
         """No GPU-hour price set and a known GPU model: its typical price, filled in (Save
-        keeps it; clearing the field goes back to energy and hardware)."""
+        keeps it; the cost meter uses the same while neither it nor a hardware price is set)."""
         typical = typical_gpu_hourly_usd(gpu_name) if gpu_name else None
         self.gpu_price_note = QLabel("")
         self.gpu_price_note.setWordWrap(True)
@@ -294,8 +294,9 @@ class SettingsDialog(QDialog):
         elif self.settings.telemetry.gpu_hourly_usd is None:
             widget.setText(f"{typical:.2f}")
             self.gpu_price_note.setText(f"Filled in: the typical rental price of one {gpu_name} "
-                                        f"(${typical:.2f} per GPU-hour). Edit it to yours; empty counts "
-                                        "energy and hardware instead.")
+                                        f"(${typical:.2f} per GPU-hour), which the cost meter uses while "
+                                        "none is set. Edit it to yours; to count energy and hardware "
+                                        "instead, clear it and give the hardware price.")
         else:
             self.gpu_price_note.setText(f"A {gpu_name} typically rents for ${typical:.2f} per GPU-hour.")
         form.addRow("", self.gpu_price_note)
