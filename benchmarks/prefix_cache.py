@@ -1,6 +1,6 @@
 """vLLM prefix-cache hit rate while 8 agents work at once (same system prompt, own repos and tasks).
 
-    python benchmarks/prefix_cache.py [--agents 8] [--turns 5]
+    python benchmarks/prefix_cache.py [--agents 8] [--turns 5] [--rules]
     python benchmarks/prefix_cache.py --endpoint URL --api-key KEY --model NAME   # an engine that runs
 
 Without ``--endpoint`` it starts a fresh managed engine (``Launchers``, the embedded
@@ -10,7 +10,9 @@ fleet does once per endpoint; ``--no-prime`` skips it); its tokens count in the 
 task and runs at least ``--turns`` model turns (when it finishes or stops early it gets a
 follow-up request from the "user", as in a real session). The hit rate is the counter
 delta ``vllm:prefix_cache_hits_total / vllm:prefix_cache_queries_total`` from the
-engine's ``/metrics`` (parsed with ``prometheus_client``) over the run. On a shared engine
+engine's ``/metrics`` (parsed with ``prometheus_client``) over the run. ``--rules`` gives
+each repository an ``AGENTS.md`` of its own (as real repositories have), which the agents
+read into their prompts. On a shared engine
 other clients' requests land in the same counters: the JSON reports the counters' query
 tokens against the prompt tokens the agents themselves sent (``foreign_tokens``).
 Ends with one JSON line.
@@ -36,7 +38,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workstation.agent import Agent, AgentConfig  # noqa: E402
+from workstation.agent import Agent, AgentConfig, ProtocolChoice  # noqa: E402
 from workstation.agent.model_info import fetch_context_window  # noqa: E402
 from workstation.agent.protocols import choose_protocol, prime_prefix_cache  # noqa: E402
 from workstation.core import agent_events as ev  # noqa: E402
@@ -67,12 +69,20 @@ PROJECTS = [
 FOLLOW_UP = "Continue: check your change by reading the file again, then finish with attempt_completion."
 
 
-def _make_repo(base: Path, i: int, nonce: str) -> tuple[Path, str]:
+RULES = ("# Rules for {name}\n\n- Keep functions short and named for what they return.\n"
+         "- Every change comes with a test in tests/test_{name}.py.\n- No new dependencies.\n"
+         "- Use four spaces, never tabs; lines under 100 characters.\n"
+         "- Explain why in the commit message, not what.\n- Ticket {ticket}: owner team {i}.\n")
+
+
+def _make_repo(base: Path, i: int, nonce: str, rules: bool = False) -> tuple[Path, str]:
     name, filename, content, task = PROJECTS[i % len(PROJECTS)]
     task = f"{task} (ticket {nonce}-{i})"  # nothing but the system prompt is cached from earlier runs
     repo = base / f"{name}-{i}"
     repo.mkdir(parents=True)
     (repo / filename).write_text(content)
+    if rules:
+        (repo / "AGENTS.md").write_text(RULES.format(name=name, ticket=f"{nonce}-{i}", i=i))
     (repo / "README.md").write_text(f"# {name}\n\nA small project ({i}).\n")
     env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
            "GIT_COMMITTER_EMAIL": "b@b"}
@@ -118,14 +128,16 @@ async def _one_agent(i: int, repo: Path, task: str, client: ChatClient, config: 
     return usage
 
 
-async def _bench(endpoint: Endpoint, agents: int, turns: int, stagger_s: float, prime: bool) -> dict:
+async def _bench(endpoint: Endpoint, agents: int, turns: int, stagger_s: float, prime: bool,
+                 rules: bool = False, protocol: str = "auto") -> dict:
     base = Path(tempfile.mkdtemp(prefix="ws-prefix-"))
     try:
         nonce = secrets.token_hex(3)
-        repos = [_make_repo(base, i, nonce) for i in range(agents)]
+        repos = [_make_repo(base, i, nonce, rules) for i in range(agents)]
         async with make_http_client() as http:
             window = await fetch_context_window(http, endpoint) or 8192
             config = AgentConfig(approval=ApprovalPolicy.parse("all"), temperature=0.0, user_present=False,
+                                 protocol=ProtocolChoice(protocol),
                                  context_window_tokens=window, max_tokens_per_turn=256,
                                  max_turns=turns, max_consecutive_mistakes=3)
             client = ChatClient(http, endpoint)
@@ -158,7 +170,8 @@ async def _managed_endpoint_run(args: argparse.Namespace) -> tuple[dict, str]:
     launcher = Launchers.from_settings(settings, args.model)(log_dir=Path(tempfile.mkdtemp(prefix="ws-prefix-engine-")))
     try:
         endpoint = await launcher.start(lambda m: print(m, file=sys.stderr, flush=True))
-        return await _bench(endpoint, args.agents, args.turns, args.stagger_s, not args.no_prime), "fresh managed engine"
+        return await _bench(endpoint, args.agents, args.turns, args.stagger_s, not args.no_prime,
+                            args.rules, args.protocol), "fresh managed engine"
     finally:
         await launcher.stop()
 
@@ -170,6 +183,9 @@ def main() -> int:
     parser.add_argument("--stagger-s", type=float, default=0.0, help="delay between agent starts")
     parser.add_argument("--no-prime", action="store_true",
                         help="do not compute the shared system prompt once before the agents start")
+    parser.add_argument("--rules", action="store_true", help="give each repository an AGENTS.md of its own")
+    parser.add_argument("--protocol", default="auto", choices=[c.value for c in ProtocolChoice],
+                        help="the agents' tool-call protocol (auto: guided for a small model like SmolLM2)")
     parser.add_argument("--endpoint", help="use an engine that already runs (its counters may hold others' traffic)")
     parser.add_argument("--api-key", default="")
     parser.add_argument("--model", default=None, help="model name (managed: smollm2 unless set)")
@@ -177,7 +193,8 @@ def main() -> int:
     if args.endpoint:
         endpoint = Endpoint(args.endpoint.rstrip("/").removesuffix("/v1"), args.api_key, args.model or "smollm2",
                             name="external")
-        r, where = asyncio.run(_bench(endpoint, args.agents, args.turns, args.stagger_s, not args.no_prime)), "existing engine"
+        r, where = asyncio.run(_bench(endpoint, args.agents, args.turns, args.stagger_s, not args.no_prime,
+                                      args.rules, args.protocol)), "existing engine"
     else:
         r, where = asyncio.run(_managed_endpoint_run(args))
     d = r["delta"]
@@ -201,6 +218,8 @@ def main() -> int:
         "foreign_tokens": int(foreign),
         "engine": where,
         "primed": not args.no_prime,
+        "rules": args.rules,
+        "protocol": args.protocol,
         "wall_s": round(r["wall_s"], 1),
     }
     print(json.dumps(result))
