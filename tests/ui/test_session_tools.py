@@ -96,6 +96,13 @@ def test_menu_ready_dev_server_and_merge_queue(qtbot, fleet_ui: FleetUI) -> None
         messages: list[str] = []
         ui.bridge.message.connect(messages.append)
         qtbot.mouseClick(dialog.merge_button, Qt.MouseButton.LeftButton)
+        # main is checked out in the repository itself: the queue asks first, naming it and the commits
+        await ui.wait(lambda: ui.window.confirmations.dialog is not None)
+        confirm = ui.window.confirmations.dialog
+        assert confirm.headline.text() == f"main is checked out in {ui.repo}: merge 1 commit into it?"
+        (commit,) = confirm.items
+        assert commit.startswith(f"{pane.info.name}: ")
+        qtbot.mouseClick(confirm.confirm_button, Qt.MouseButton.LeftButton)
         await ui.wait(lambda: not pane.info.ready, timeout_s=60)
         await ui.wait(lambda: any(m.startswith("merge-queue of") for m in messages))
         assert "done" in [m for m in messages if m.startswith("merge-queue of")][-1]

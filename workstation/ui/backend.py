@@ -95,6 +95,17 @@ class MergePlan:
 
 
 @dataclass(frozen=True, slots=True)
+class MergePreview:
+    """What the merge queue would touch in ``into``."""
+
+    into: str
+    checked_out_at: str = ""
+    """The folder where ``into`` is checked out (its files change); empty when it is not."""
+    commits: tuple[str, ...] = ()
+    """``name: abc1234 subject`` of each ready session's commits that its base lacks."""
+
+
+@dataclass(frozen=True, slots=True)
 class ReviewPlan:
     """What the commit-and-merge dialog starts from: the session's actual changes."""
 
@@ -167,6 +178,7 @@ class SessionCommands(Protocol):
     async def set_budget(self, session_id: str, tokens: int | None, usd: float | None) -> None: ...
     def merge_plan(self) -> MergePlan: ...
     async def merge_ready(self, into: str, gate: str, rebase: bool) -> str: ...
+    async def merge_preview(self, into: str) -> MergePreview: ...
     async def review_plan(self, session_id: str) -> ReviewPlan: ...
     async def commit(self, session_id: str, message: str) -> str: ...
     async def merge_one(self, session_id: str, message: str, into: str, rebase: bool, gate: str) -> MergeOutcome: ...

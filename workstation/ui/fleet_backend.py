@@ -16,6 +16,7 @@ from workstation.ui.backend import (
     ArchivedSession,
     MergeOutcome,
     MergePlan,
+    MergePreview,
     NewSessionRequest,
     ReviewPlan,
     SessionTools,
@@ -198,6 +199,21 @@ class FleetCommands:
             return MergePlan()
         conf = repo_settings(self.fleet.bootstrap.options.repos, Path(ready[0].repo_path))
         return MergePlan(tuple(r.name for r in ready), ready[0].base_branch, conf.gate if conf is not None else "")
+
+    async def merge_preview(self, into: str) -> MergePreview:
+        """Where ``into`` is checked out, and the ready sessions' commits that would land there."""
+        from workstation.fleet.review import merge_facts
+        from workstation.fleet.workspace_ops import workspace_of
+
+        ready = sorted((self.fleet.record(s.session_id) for s in self.fleet.sessions() if s.ready),
+                       key=lambda r: r.ready_at)
+        commits: list[str] = []
+        checkouts: dict[str, str] = {}
+        for rec in ready:
+            facts = await merge_facts(self.fleet.git, workspace_of(rec))
+            commits += [f"{rec.name}: {c}" for c in facts.commits]
+            checkouts.update(facts.checkouts)
+        return MergePreview(into, checkouts.get(into, ""), tuple(commits))
 
     async def merge_ready(self, into: str, gate: str, rebase: bool) -> str:
         report = await self.fleet.merge_ready(into=into, gate=gate, rebase=rebase)

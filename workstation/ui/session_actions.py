@@ -216,6 +216,8 @@ class SessionActions:
         return dialog
 
     def _merge(self, into: str, gate: str, rebase: bool) -> None:
+        """Run the queue; into a branch that is checked out somewhere, only after a
+        confirmation naming that folder and the commits that land there."""
         commands = self.window.commands
         if commands is None:
             self.window.show_error("no sessions service is running")
@@ -229,4 +231,19 @@ class SessionActions:
             finally:
                 self.merge_action.setEnabled(True)
 
-        self.window.tasks.spawn(merge(), "merge-queue")
+        async def check() -> None:
+            preview = await commands.merge_preview(into)
+            if not preview.checked_out_at:
+                await merge()
+                return
+            n = len(preview.commits)
+            self.window.confirmations.ask(
+                lambda: self.window.tasks.spawn(merge(), "merge-queue"), title=f"Merge into {into}",
+                confirm=f"Merge into {into}",
+                headline=f"{into} is checked out in {preview.checked_out_at}: merge {n} commit{'s' if n != 1 else ''} "
+                         "into it?",
+                items=list(preview.commits),
+                note="Once every session merged and passed the gate, the files there change to the merged "
+                     "result (refused if that checkout has uncommitted changes).")
+
+        self.window.tasks.spawn(check(), "merge-queue-check")
