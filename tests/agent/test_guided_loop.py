@@ -146,6 +146,25 @@ async def test_with_no_draft_left_new_ones_see_the_failure_and_the_code_as_read(
     assert suite_passes(bug_repo)
 
 
+async def test_a_draft_that_does_what_the_code_as_read_does_is_never_tried(make_agent, bug_repo: Path) -> None:
+    """The bug without its docstring is not a change: it is not queued after the first draft
+    failed, so the next edit draws anew instead of running the tests on the bug again."""
+    wrong = GOOD.replace("item.price * item.quantity", "item.quantity")
+    undocumented = ("```python\ndef total_value(self):\n"
+                    "    return sum(item.price for item in self._items.values())  # the total\n```")
+    respond = answering(wrong, sampled=(undocumented, GOOD))
+    async with ScriptedServer(responder=respond) as srv:
+        agent, rec = make_agent(srv, root=bug_repo, task=EXPLICIT, model_parameters=SMOLLM2_PARAMETERS,
+                                user_present=False)
+        outcome = await agent.run()
+    assert outcome.ok
+    tools = [e.tool for e in rec.of(ev.ToolCallStarted)]
+    assert tools == ["read_file", "replace_in_file", "execute_command", "replace_in_file", "execute_command",
+                     "attempt_completion"]
+    assert len(srv.requests) == 3  # the second edit drew anew: the queue held nothing worth a test run
+    assert suite_passes(bug_repo)
+
+
 async def test_a_repeated_call_switches_a_free_session_to_guided(make_agent, bug_repo: Path) -> None:
     read = Reply(tool_calls=[ToolCall("read_file", {"path": "inventory/stock.py"})])
     respond = answering(GOOD, sampled=(COPY,))

@@ -300,3 +300,19 @@ def test_drafts_get_hotter_as_drafts_fail() -> None:
 
     assert draft_temperature(0.5, 0) == 0.5 and draft_temperature(0.5, 4) == 0.7
     assert draft_temperature(0.5, 100) == MAX_DRAFT_TEMPERATURE
+
+
+def test_drafts_that_do_the_same_are_one_draft() -> None:
+    from workstation.agent.guided.drafts import Draft, rank
+    from workstation.agent.guided.symbols import program_key
+
+    bug = 'def mean(values):\n    """Arithmetic mean."""\n    return sum(values) / (len(values) - 1)\n'
+    same = [
+        "def mean(values):\n    return sum(values) / (len(values) - 1)\n",  # no docstring
+        "def mean(values):\n    'The mean.'\n    return sum(values)/(len(values)-1)  # mean\n",
+    ]
+    fixed = "def mean(values):\n    return sum(values) / len(values)\n"
+    assert all(program_key(code) == program_key(bug) for code in same)
+    assert program_key(fixed) != program_key(bug) and program_key("def mean(:\n") is None
+    drafts = [Draft(f"```python\n{c}```", c, None, ident=program_key(c) or "") for c in (*same, fixed)]
+    assert [d.text for d in rank(drafts, bug, "Divide the sum by len(values).")] == [drafts[0].text, drafts[2].text]

@@ -71,6 +71,8 @@ class Draft:
     """Why it cannot be kept (does not parse, changes nothing), or None."""
     hits: int = 0
     changed_lines: int = 0
+    ident: str = ""
+    """What tells it apart from other drafts (for Python: what the code does); empty: its text."""
 
 
 def _trigrams(text: str) -> set[tuple[str, ...]]:
@@ -89,12 +91,12 @@ def score(drafts: list[Draft], before: str, task: str) -> None:
 
 
 def rank(drafts: list[Draft], before: str, task: str) -> list[Draft]:
-    """The usable drafts, best first (each distinct text once)."""
+    """The usable drafts, best first (each distinct one once: by ``ident``, else text)."""
     seen: set[str] = set()
     usable: list[Draft] = []
     for draft in drafts:
-        if draft.problem is None and draft.text not in seen:
-            seen.add(draft.text)
+        if draft.problem is None and (draft.ident or draft.text) not in seen:
+            seen.add(draft.ident or draft.text)
             usable.append(draft)
     score(usable, before, task)
     order = {id(d): i for i, d in enumerate(usable)}
@@ -107,11 +109,16 @@ def pick(drafts: list[Draft], before: str, task: str) -> Draft:
     return ranked[0] if ranked else drafts[0]
 
 
+def layout_key(code: str) -> str:
+    """``code`` without trailing whitespace and blank lines at the end (what an edit would not change)."""
+    return "\n".join(line.rstrip() for line in code.rstrip().splitlines())
+
+
 def same_code(a: str | None, b: str | None) -> bool:
-    """Equal but for trailing whitespace and blank lines at the end (what an edit would not change)."""
+    """Equal but for trailing whitespace and blank lines at the end."""
     if a is None or b is None:
         return a is b
-    return [line.rstrip() for line in a.rstrip().splitlines()] == [line.rstrip() for line in b.rstrip().splitlines()]
+    return layout_key(a) == layout_key(b)
 
 
 @dataclass(slots=True)

@@ -104,3 +104,20 @@ def parses(text: str) -> str | None:
     except ValueError as exc:
         return str(exc)
     return None
+
+
+def program_key(code: str) -> str | None:
+    """What Python ``code`` does, to tell drafts apart: its syntax tree without docstrings
+    (comments, layout and quoting are not in it either); None when it does not parse. A
+    small model's drafts often differ from the code as read, or from each other, only there."""
+    try:
+        tree = ast.parse(textwrap.dedent(code))
+    except (SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body \
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                and isinstance(body[0].value.value, str):
+            node.body = body[1:] or [ast.Pass()]
+    return ast.dump(tree)

@@ -25,12 +25,12 @@ from workstation.agent.config import AgentConfig
 from workstation.agent.guided import actions, texts
 from workstation.agent.guided.actions import Choice
 from workstation.agent.guided.drafts import (
-    Draft, GuidedMemory, code_regex, extract_code, max_draft_tokens, rank, same_code,
+    Draft, GuidedMemory, code_regex, extract_code, layout_key, max_draft_tokens, rank, same_code,
 )
 from workstation.agent.guided.state import GuidedState, failure_summary, read_state, request_view
 from workstation.agent.guided.symbols import (
-    WHOLE_FILE, Symbol, find_symbol, header_line, indent_code, parses, python_symbols, replace_symbol,
-    symbol_lines, symbol_source,
+    WHOLE_FILE, Symbol, find_symbol, header_line, indent_code, parses, program_key, python_symbols,
+    replace_symbol, symbol_lines, symbol_source,
 )
 from workstation.agent.guided.workspace import Workspace, look, mentioned_paths
 from workstation.agent.history import Message, estimate_tokens
@@ -259,22 +259,32 @@ class GuidedTurn:
         regex = code_regex(language, header, kind)
         key = (path, target, before)
 
-        def draft(text: str) -> Draft:
-            new_text = self._apply(current, original, sym_now, sym_then, extract_code(text), new_file)
-            problem = "changes nothing" if same_code(new_text, current) else (
-                parses(new_text) if path.endswith(".py") else None)
-            if before and same_code(extract_code(text), before):
-                problem = problem or "the code as read"  # what the task says is wrong
+        python = path.endswith(".py")
+
+        def ident_of(code: str) -> str:
+            return (program_key(code) if python else None) or layout_key(code)
+
+        def ident(text: str) -> str:
+            return ident_of(extract_code(text))
+
+        def draft(text: str, *, queued: bool = False) -> Draft:
+            code = extract_code(text)
+            new_text = self._apply(current, original, sym_now, sym_then, code, new_file)
+            problem = "changes nothing" if same_code(new_text, current) else (parses(new_text) if python else None)
+            mine = ident(text)
+            if before and mine == ident_of(before):
+                problem = problem or "the code as read"  # what the task says is wrong (but for docstrings)
             if not text.rstrip().endswith("```") or text.count("\n") < 2:
                 problem = "cut off"  # the token limit ended it before its closing fence
-            if self.memory is not None and text in self.memory.tried and self.memory.key == key:
-                problem = problem or "tried before"
-            return Draft(text, new_text, problem)
+            if self.memory is not None and self.memory.key == key:
+                others = self.memory.tried - {text} if queued else self.memory.tried
+                if any(ident(t) == mine for t in others):
+                    problem = problem or "tried before"  # that draft, or one that does the same
+            return Draft(text, new_text, problem, ident=mine)
 
         chosen: Draft | None = None
         while self.memory is not None and (queued := self.memory.take(key)) is not None:
-            candidate = draft(queued)
-            candidate.problem = None if candidate.problem == "tried before" else candidate.problem
+            candidate = draft(queued, queued=True)
             if candidate.problem is None:  # a draft an earlier turn drew and did not try yet
                 chosen = candidate
                 self.emit(ev.TextStreamed(self.session_id, self.turn, queued))
