@@ -327,3 +327,29 @@ def test_the_diff_tab_follows_the_worktree_and_merge_waits_only_while_generating
         assert window.focus.diff.summary.text() == "+1 −1"
 
     ui.play(body)
+
+
+def test_commit_and_rebase_puts_the_sessions_commit_on_top_of_the_target(qtbot, fleet_ui: FleetUI) -> None:  # type: ignore[no-untyped-def]
+    ui = fleet_ui
+
+    async def body() -> None:
+        sid = await _done_session(ui)
+        (ui.repo / "README").write_text("a file main got meanwhile\n")
+        _git(ui.repo, "add", "README")
+        _git(ui.repo, "commit", "-qm", "main moved on")
+        window = ui.window
+        window.show_focus(window.panes[sid])
+        await ui.wait(lambda: window.focus.diff.merge_button.isEnabled())
+        _click(qtbot, window.focus.diff.merge_button)
+        await ui.wait(lambda: window.review.dialog is not None)
+        dialog = window.review.dialog
+        dialog.rebase.setChecked(True)
+        dialog.message.setPlainText("Fix add(): rebased")
+        _click(qtbot, dialog.go_button)
+        await ui.wait(lambda: sid not in window.panes)
+        log = [line.split("|") for line in _git(ui.repo, "log", "--format=%s|%p", "main").splitlines()]
+        assert [subject for subject, _parents in log] == ["Fix add(): rebased", "main moved on", "initial"]
+        assert len(log[0][1].split()) == 1  # one parent: on top of main, no merge commit
+        assert "return a + b" in (ui.repo / "calc.py").read_text()
+
+    ui.play(body)
