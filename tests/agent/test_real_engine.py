@@ -9,10 +9,13 @@ the written file must be real Python committed as a checkpoint.
 from __future__ import annotations
 
 import ast
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
+import pytest_asyncio
 
 from tests.agent.conftest import git
 from workstation.agent import Agent, AgentConfig, ProtocolChoice
@@ -21,10 +24,21 @@ from workstation.core.agent_events import RunStatus, ToolProtocol
 from workstation.core.approvals import ApprovalPolicy
 from workstation.core.endpoints import Endpoint
 from workstation.engine.chat_client import ChatClient
+from workstation.engine.http import make_http_client
 
 pytestmark = pytest.mark.engine
 
 TODO = "Next step: write_to_file with path \"hello.py\" and content \"print('hello')\".\n"
+
+
+@pytest_asyncio.fixture(loop_scope="function")
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    """The engine is shared with other work (a benchmark's sessions, other tests): a pause of
+    some seconds between two pieces of a stream is its load, not a hang (the scripted tests'
+    3-s limit made these fail as read timeouts while eight demo sessions ran)."""
+    client = make_http_client(read_timeout_s=120.0)
+    yield client
+    await client.aclose()
 
 
 def _agent(http, endpoint: Endpoint, root: Path, task: str, events: list, **config) -> Agent:
