@@ -133,16 +133,30 @@ def load(t: float = 0.0, **kw: object) -> EngineLoad:
     return EngineLoad(t_s=t, **kw)  # type: ignore[arg-type]
 
 
+FAST = {"ttft_p95_s": 0.3, "ttft_count": 20}
+"""First tokens measured, well under the target."""
+
+
 def test_slow_start_doubles_only_while_the_limit_holds_sessions_back() -> None:
     lim = AdaptiveLimit(T, ceiling=64)
     assert lim.limit == 4
-    assert lim.observe(load(kv_usage_pct=10, waiting=0), now_s=0, in_flight=4, queued=10).limit == 8
-    assert lim.observe(load(1, kv_usage_pct=20, waiting=0), now_s=1, in_flight=3, queued=0).limit == 8  # not binding
-    assert lim.observe(load(2, kv_usage_pct=20, waiting=0), now_s=2, in_flight=8, queued=5).limit == 16
-    d = lim.observe(load(3, kv_usage_pct=30), now_s=3, in_flight=16, queued=40)
+    assert lim.observe(load(kv_usage_pct=10, waiting=0, **FAST), now_s=0, in_flight=4, queued=10).limit == 8
+    assert lim.observe(load(1, kv_usage_pct=20, waiting=0, **FAST), now_s=1, in_flight=8, queued=5).limit == 8  # too soon
+    assert lim.observe(load(2.5, kv_usage_pct=20, waiting=0, **FAST), now_s=2.5, in_flight=3, queued=0).limit == 8  # not binding
+    assert lim.observe(load(3, kv_usage_pct=20, waiting=0, **FAST), now_s=3, in_flight=8, queued=5).limit == 16
+    d = lim.observe(load(5.5, kv_usage_pct=30, **FAST), now_s=5.5, in_flight=16, queued=40)
     assert d.limit == 32 and d.verdict is Verdict.ROOM and d.reason == ""
-    assert lim.observe(load(4, kv_usage_pct=30), now_s=4, in_flight=32, queued=40).limit == 64
-    assert lim.observe(load(5, kv_usage_pct=30), now_s=5, in_flight=64, queued=40).limit == 64  # the ceiling
+    assert lim.observe(load(8, kv_usage_pct=30, **FAST), now_s=8, in_flight=32, queued=40).limit == 64
+    assert lim.observe(load(11, kv_usage_pct=30, **FAST), now_s=11, in_flight=64, queued=40).limit == 64  # the ceiling
+
+
+def test_no_growth_before_first_tokens_come_back() -> None:
+    """A slow engine (the CPU one) has sent no first token yet: that is not room."""
+    lim = AdaptiveLimit(T, ceiling=64)
+    for i in range(10):
+        d = lim.observe(load(i * 3, kv_usage_pct=5, waiting=0, ttft_count=i // 4), now_s=i * 3, in_flight=4,
+                        queued=60)
+        assert d.limit == 4 and d.verdict is Verdict.STEADY and d.reason == "first tokens pending: holding at 4 generating"
 
 
 def test_a_full_kv_cache_holds_the_limit_and_says_why() -> None:
@@ -153,7 +167,7 @@ def test_a_full_kv_cache_holds_the_limit_and_says_why() -> None:
     assert not lim.slow_start  # growth after it is by an eighth, not by doubling
     d = lim.observe(load(11, kv_usage_pct=97.2, waiting=0), now_s=11, in_flight=32, queued=20)
     assert d.limit == 33  # nothing ready inside the engine: one more, so its batch stays full
-    assert lim.observe(load(12, kv_usage_pct=50), now_s=12, in_flight=33, queued=20).limit == 37
+    assert lim.observe(load(12, kv_usage_pct=50, **FAST), now_s=12, in_flight=33, queued=20).limit == 37
 
 
 def test_a_queue_or_preemptions_step_the_limit_down_once_per_half_hold() -> None:
@@ -184,8 +198,8 @@ def test_a_slow_first_token_cuts_harder_and_holds_longer() -> None:
     assert d.limit == 24 and d.reason == "slow first token: p95 3.0 s > 2.0 s"
     assert lim.observe(load(3, **slow), now_s=3, in_flight=24, queued=5).limit == 24  # the window lags
     assert lim.observe(load(5, **slow), now_s=5, in_flight=24, queued=5).limit == 18
-    assert lim.observe(load(6, ttft_p95_s=9.0, ttft_count=2), now_s=6, in_flight=18, queued=5).verdict \
-        is Verdict.ROOM  # two observations are not enough to judge
+    d = lim.observe(load(6, ttft_p95_s=9.0, ttft_count=2), now_s=6, in_flight=18, queued=5)
+    assert d.verdict is Verdict.STEADY and d.limit == 18  # two observations are not enough to judge either way
 
 
 def test_the_cut_starts_from_what_was_in_flight() -> None:

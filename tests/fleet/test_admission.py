@@ -87,9 +87,9 @@ async def test_engine_readings_steer_the_limit_and_say_why_sessions_wait(
     low = next(i for i, g in enumerate(after) if g <= 3)
     assert max(after[low:]) <= 3
     # room again: the limit grows (an eighth at a time after the first cut)
-    fleet.scheduling.observe_engine(sample(kv=20.0, running=3))
+    fleet.scheduling.observe_engine(sample(kv=20.0, running=3, ttft_p95_s=0.3))
     await until(lambda: fleet.gate.generating >= 3 and fleet.gate.waiting > 0, 5)
-    fleet.scheduling.observe_engine(sample(kv=20.0, running=3))
+    fleet.scheduling.observe_engine(sample(kv=20.0, running=3, ttft_p95_s=0.3))
     assert limits[-1].limit >= 4 and limits[-1].verdict == "room"
     # the engine stops answering its /metrics: the fleet cap applies again, and the window says so
     fleet.scheduling.observe_engine(sample(up=False))

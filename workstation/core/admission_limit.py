@@ -17,13 +17,18 @@ What the engine says decides one of four verdicts (the reason shown is the first
   otherwise holds;
 - **room** — the limit may grow: the KV cache is below ``kv_room_pct``, at most one request
   waits inside it (one that arrived between two scheduler steps), and the recent TTFT p95
-  is under ¾ of the target (or unmeasured because it is idle);
+  is under ¾ of the target, measured on at least ``min_ttft_observations`` first tokens —
+  while sessions generate on it, no measured first token means a slow engine, not an idle
+  one ("first tokens pending"), and the limit holds;
 - **steady** — in between: the limit holds.
 
 The limit grows additively and shrinks by how bad it is, as TCP's congestion window and
 Netflix's concurrency limits do: starting at ``start``, it doubles on each reading with
 room while the limit is what holds sessions back (slow start), until the engine is first
-full or over; from then on it grows by an eighth (at least one) per reading with room. A
+full or over; from then on it grows by an eighth (at least one) per reading with room. It
+grows at most once per ``hold_s / 2``: the recent TTFT must have had time to show what the
+last growth did (slow start doubles per round trip, not per reading — on the CPU engine,
+doubling per reading had admitted all 64 sessions before the first token came back). A
 queue or preemptions step it down by an eighth of what was in flight (at most once per
 ``hold_s / 2``); a first token slower than the target is a broken promise, so it is cut to
 ¾ of what was in flight (at most once per ``hold_s``: the TTFT window lags, a cut shows in
@@ -151,6 +156,7 @@ class AdaptiveLimit:
         self.limit = self._clamp(target.start)
         self.slow_start = True
         self._last_cut_s: float | None = None
+        self._last_growth_s: float | None = None
         self._preemptions: float | None = None
         self.last = LimitDecision(self.limit, Verdict.BLIND, "")
 
@@ -198,10 +204,16 @@ class AdaptiveLimit:
             self.last = LimitDecision(self.limit, Verdict.FULL, reason)
             return self.last
         if has_room(load, t):
+            if in_flight > 0 and load.ttft_count < t.min_ttft_observations:
+                self.last = LimitDecision(self.limit, Verdict.STEADY,
+                                          f"first tokens pending: holding at {self.limit} generating")
+                return self.last
             binding = queued > 0 and in_flight >= self.limit
-            if binding and self.limit < self._ceiling:
+            spaced = self._last_growth_s is None or now_s - self._last_growth_s >= t.hold_s / 2
+            if binding and spaced and self.limit < self._ceiling:
                 step = self.limit if self.slow_start else max(1, self.limit // 8)
                 self.limit = self._clamp(self.limit + step)
+                self._last_growth_s = now_s
             self.last = LimitDecision(self.limit, Verdict.ROOM, "")
             return self.last
         self.last = LimitDecision(self.limit, Verdict.STEADY, "engine near full: holding at "
