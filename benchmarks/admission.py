@@ -275,11 +275,14 @@ async def run_config(label: str, *, cap: int, adaptive: bool, endpoint: Endpoint
         t0 = time.monotonic()
         for s in made:
             await fleet.start_session(s.session_id)
+        timed_out = False
         try:
             await asyncio.wait_for(fleet.wait_settled(), args.time_limit_s)
         except TimeoutError:
+            timed_out = True
             await fleet.pause_all()
-        wall = (log.last_t or time.monotonic()) - (log.first_t or t0)
+        end = time.monotonic() if timed_out or log.last_t is None else log.last_t  # not the last finish
+        wall = end - (log.first_t or t0)
         after = await engine_counters(http, endpoint)
         peak = fleet.gate.peak_generating
     finally:
@@ -305,6 +308,7 @@ async def run_config(label: str, *, cap: int, adaptive: bool, endpoint: Endpoint
         "failed_requests": len(log.records) - len(ok),
         "peak_generating": peak,
         "wall_s": round(wall, 1),
+        "timed_out": timed_out,
     }
     if adaptive:
         result["limit"] = {"min": min(limits, default=cap), "median": statistics.median(limits) if limits else cap,
