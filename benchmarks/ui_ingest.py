@@ -103,6 +103,13 @@ async def _serve(args: argparse.Namespace) -> None:
                         length = int(line.split(b":", 1)[1])
                 if length:
                     await reader.readexactly(length)
+                if not request.startswith(b"POST ") or b"/chat/completions" not in request.split(b"\r\n", 1)[0]:
+                    # /metrics, /v1/models, /health: not an engine's, and never a stream — a
+                    # stream here would hold the caller (the meters' scraper, the fleet's
+                    # admission, a model lookup) until the deadline
+                    writer.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+                    await writer.drain()
+                    continue
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
                              b"transfer-encoding: chunked\r\ncache-control: no-cache\r\n\r\n")
                 writer.write(chunk(first_event))

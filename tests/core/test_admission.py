@@ -228,3 +228,11 @@ def test_limits_stay_between_the_floor_and_the_ceiling() -> None:
         AdmissionTarget(ttft_p95_s=0)
     with pytest.raises(ValueError):
         AdmissionTarget(kv_room_pct=99, kv_full_pct=90)
+
+
+def test_an_endpoint_without_metrics_gets_the_fleet_cap_not_a_held_limit() -> None:
+    # an outside API answers /metrics with 404: its sample is up but says nothing; without
+    # this, sessions generating on it read as "first tokens pending" and held at the start
+    lim = AdaptiveLimit(T, ceiling=64)
+    d = lim.observe(EngineLoad(t_s=0.0, has_metrics=False), now_s=0.1, in_flight=4, queued=60)
+    assert (d.limit, d.verdict) == (64, Verdict.BLIND) and "no /metrics" in d.reason

@@ -65,6 +65,8 @@ class EngineLoad:
     """Observations behind ``ttft_p95_s``."""
     preemptions_total: float | None = None
     """Requests the engine preempted since it started (a counter)."""
+    has_metrics: bool = True
+    """False: the endpoint answers but has no ``/metrics`` (an outside API): nothing to steer by."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,8 +178,9 @@ class AdaptiveLimit:
         """Decide the limit from ``load``; ``in_flight``: sessions generating on this engine
         now, ``queued``: sessions waiting for a slot on it."""
         t = self.target
-        if load is None or not load.up or now_s - load.t_s > t.stale_s:
-            why = "no engine readings: the fleet cap applies"
+        if load is None or not load.up or not load.has_metrics or now_s - load.t_s > t.stale_s:
+            why = ("no /metrics at this endpoint: the fleet cap applies" if load is not None and load.up
+                   and not load.has_metrics else "no engine readings: the fleet cap applies")
             self.last = LimitDecision(self._ceiling, Verdict.BLIND, why)
             return self.last
         preempted = 0.0

@@ -43,6 +43,7 @@ def load_from_sample(sample: object) -> EngineLoad:
         ttft_p95_s=recent.p95 if recent is not None else None,
         ttft_count=recent.count if recent is not None else 0,
         preemptions_total=getattr(sample, "preemptions_total", None),
+        has_metrics=bool(getattr(sample, "has_metrics", True)),
     )
 
 
