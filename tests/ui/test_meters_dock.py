@@ -117,3 +117,25 @@ def test_the_strip_says_no_metrics_for_an_endpoint_without_them(qtbot, qloop, se
     run(qloop, body())
     window.allow_close()
     window.close()
+
+
+def test_the_strip_and_the_status_bar_show_the_one_token_rate(qtbot, settings):  # type: ignore[no-untyped-def]
+    """Both read ``Meters.tokens_per_s``: the engine's own count where it has /metrics."""
+    import time
+
+    from workstation.telemetry.vllm_metrics import EngineMetricsSample
+    from workstation.ui.main_window import MainWindow
+    from workstation.ui.meters.install import install_meters
+
+    window = MainWindow(settings)
+    qtbot.addWidget(window)
+    meters = Meters.from_settings(settings, httpx.AsyncClient())
+    strip = install_meters(window, meters, settings)
+    meters.streams.on_chunk("s1", 5)  # what the panes' streams saw
+    meters._on_engine_sampled(EngineMetricsSample(endpoint="local", t_mono=time.monotonic(), t_wall=time.time(),
+                                                  up=True, generation_tokens_per_s=1234.0))
+    meters.tick()
+    assert strip.rate.text() == "1,234 tok/s"
+    assert "1,234 tok/s" in window.summary_label.text()
+    window.allow_close()
+    window.close()

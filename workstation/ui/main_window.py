@@ -81,6 +81,7 @@ class MainWindow(QMainWindow):
         self.panes: dict[str, SessionPane] = {}
         self.bridge: FleetBridge | None = None
         self._slots_text = ""
+        self._token_rate: float | None = None
         self.new_session_dialog: NewSessionDialog | None = None
         self.settings_dialog: SettingsDialog | None = None
         self.gpu_name = ""
@@ -416,6 +417,12 @@ class MainWindow(QMainWindow):
         self._qsettings.setValue("grid/per_page", n)
         self._update_page_label()
 
+    def set_token_rate(self, rate: float | None) -> None:
+        """The meters' one token rate (``Meters.tokens_per_s``, what the strip shows); without
+        meters the status bar sums the panes' streams."""
+        self._token_rate = rate or 0.0
+        self._update_counts()
+
     def set_meter_strip(self, widget: QWidget) -> None:
         self.meter_strip_host.addWidget(widget)
 
@@ -501,7 +508,9 @@ class MainWindow(QMainWindow):
         pending = sum(1 for s in states if s is SessionState.AWAITING_APPROVAL)
         self.approve_all_action.setText(f"Approve ({pending})" if pending else "Approve")
         self.approve_all_action.setEnabled(pending > 0)
-        rate = sum(p.display_rate() for p in self.panes.values())
+        rate = self._token_rate
+        if rate is None:
+            rate = sum(p.display_rate() for p in self.panes.values())
         text = session_summary_line(states, self.attention.waiting, self._slots_text, rate)
         if self.summary_label.text() != text:
             self.summary_label.setText(text)

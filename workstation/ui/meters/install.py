@@ -25,6 +25,7 @@ def install_meters(window: MainWindow, meters: Meters, settings: Settings | None
     meters.gpu_sampled.connect(dock.gpu_cards.on_gpu)
     meters.engine_sampled.connect(strip.on_engine)
     meters.rate_updated.connect(strip.on_rate)
+    meters.rate_updated.connect(window.set_token_rate)  # the status bar shows the same number
     meters.models_sampled.connect(strip.on_models)
     meters.cost_updated.connect(strip.on_cost)
     meters.cost_updated.connect(dock.on_cost)
