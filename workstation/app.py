@@ -245,7 +245,7 @@ class Application:
         return OverlayValues(
             sessions=len(sessions),
             sessions_running=sum(1 for s in sessions if s.state is SessionState.RUNNING),
-            tokens_per_s=(self.meters.tokens_per_s if self.meters is not None
+            tokens_per_s=(self.meters.rate if self.meters is not None
                           else self.fleet.tokens_per_s_total() if self.fleet is not None else None),
             savings_pct=self._cost.savings_pct if self._cost is not None else None,
             note=(view.model or None) if view is not None else None,

@@ -164,7 +164,7 @@ def test_one_token_rate_the_engine_count_where_it_has_one_else_the_streams() -> 
     meters._on_engine_sampled(sample("b", 100.0))
     assert meters.tokens_per_s == 1000.0  # both engines' own counts, also what no pane shows
     meters.tick()
-    assert seen == [1000.0]
+    assert seen == [1000.0] and meters.rate == 1000.0  # what the caption reads between ticks
     meters._on_engine_sampled(sample("b", None, up=False))
     assert meters.tokens_per_s == 900.0  # an engine down no longer counts
     meters._on_engine_sampled(sample("a", None, metrics=False))  # an outside API: no /metrics

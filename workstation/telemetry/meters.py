@@ -157,6 +157,9 @@ class Meters:
         self._tick_task: asyncio.Task[None] | None = None
         self._started = False
         self._engine_rates: dict[str, float | None] = {}
+        self.rate: float | None = None
+        """:attr:`tokens_per_s` as the last tick published it: what every view shows until the
+        next (reading the property between two ticks could show another number)."""
         """Each endpoint's generation rate from its last /metrics sample (absent: no metrics)."""
 
     @classmethod
@@ -291,7 +294,8 @@ class Meters:
         self.sessions_sampled.emit(sessions)
         self.models_sampled.emit(self.streams.by_model())
         self.cost_updated.emit(estimate)
-        self.rate_updated.emit(self.tokens_per_s)
+        self.rate = self.tokens_per_s
+        self.rate_updated.emit(self.rate)
 
     @property
     def tokens_per_s(self) -> float | None:
