@@ -10,8 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
+from tests.helpers.prerequisites import missing
 from workstation.ui.qt_platform import check_platform, find_plugin, missing_from_ldd
 
 
@@ -45,8 +44,9 @@ def test_the_offscreen_plugin_loads() -> None:
     assert report.platform_plugin_ok and report.missing_libraries == [] and report.plugin.endswith("libqoffscreen.so")
 
 
-@pytest.mark.skipif(shutil.which("ldd") is None, reason="needs ldd (glibc)")
 def test_a_plugin_missing_a_library_is_named_by_doctor_and_the_window(tmp_path: Path) -> None:
+    if shutil.which("ldd") is None:
+        missing("needs ldd (glibc): the check names missing libraries from its output")
     plugins = tmp_path / "platforms"
     broken_plugin(plugins)
     env = {"QT_QPA_PLATFORM": "minimal", "QT_QPA_PLATFORM_PLUGIN_PATH": str(plugins),
