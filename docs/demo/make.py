@@ -17,7 +17,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -58,15 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=HERE)
     args = parser.parse_args(argv)
 
-    from make import machine  # docs/screenshots/make.py: the machine in words
+    from make import fresh_data_dir, machine  # docs/screenshots/make.py
 
     from workstation.config import load_settings
 
-    real = load_settings()
-    data = Path(tempfile.mkdtemp(prefix="workstation-recording-"))
-    for part in ("engine", "models"):
-        if (real.data_dir / part).exists():
-            (data / part).symlink_to(real.data_dir / part)
+    data = fresh_data_dir(load_settings().data_dir, "workstation-recording-")
     video = args.out / "recording-sample.mp4"
     env = {**os.environ, "WORKSTATION_DATA_DIR": str(data)}
     env.pop("DISPLAY", None)  # drawn offscreen: the window's own pixels, whatever the desktop

@@ -62,14 +62,22 @@ def machine() -> str:
     return f"{os.cpu_count()} cores ({cpu}){mem}, {gpu}"
 
 
+def fresh_data_dir(real_data_dir: Path, prefix: str) -> Path:
+    """A new data folder with the prepared engine and models of ``real_data_dir`` linked in:
+    no earlier session, setting or recording of the user's shows up (the recording's script
+    uses it too)."""
+    data = Path(tempfile.mkdtemp(prefix=prefix))
+    for part in ("engine", "models"):
+        if (real_data_dir / part).exists():
+            (data / part).symlink_to(real_data_dir / part)
+    return data
+
+
 def fresh_settings(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from workstation.config import load_settings
 
     real = load_settings()
-    data = Path(tempfile.mkdtemp(prefix="workstation-shots-"))
-    for part in ("engine", "models"):
-        if (real.data_dir / part).exists():
-            (data / part).symlink_to(real.data_dir / part)
+    data = fresh_data_dir(real.data_dir, "workstation-shots-")
     engine = real.engine.model_copy(update={"model": args.model})
     if args.endpoint:
         engine = engine.model_copy(update={"external_url": args.endpoint, "external_api_key": args.api_key or "",
