@@ -37,12 +37,21 @@ from workstation.engine.sse import (
 )
 from workstation.engine.stream_worker import StreamWorker
 
-__all__ = ["ChatClient", "ChatDelta", "EngineHTTPError", "EngineUnreachable", "Usage"]
+__all__ = ["ChatClient", "ChatDelta", "EngineHTTPError", "EngineUnreachable", "Usage", "parse_chunk"]
 
 DRAIN_TIMEOUT_S = 1.0
 """How long to read on after ``[DONE]`` for the end of the response (keeps the connection)."""
 
 RequestObserver = Callable[[RequestRecord], None]
+
+
+def parse_chunk(data: str | bytes) -> ChatDelta:
+    """Parse one SSE ``data:`` payload of a chat-completion stream."""
+    delta = reduce_payload(data)
+    if delta is DONE:
+        return ChatDelta(events=0)
+    assert isinstance(delta, ChatDelta)
+    return delta
 
 
 class ChatClient:
