@@ -131,6 +131,32 @@ async def stream_figures(http, endpoint, *, tokens: int, repeats: int) -> dict[s
     }
 
 
+async def paired_stream_figures(http, pair: dict[str, Any], *, tokens: int,  # type: ignore[no-untyped-def]
+                                repeats: int) -> dict[str, Any]:
+    """engine_bench's 1 and 16 streams on engines running side by side, the profiles taking turns
+    run by run (A B A B ...), so a drift of the machine lands on both alike. ``pair``: profile
+    name -> endpoint."""
+    eb = _load("engine_bench")
+    clients = {name: ChatClient(http, endpoint) for name, endpoint in pair.items()}
+    for client in clients.values():
+        await eb._throughput(client, 1, 16)  # warm-up
+    runs: dict[str, dict[int, list[dict]]] = {name: {1: [], 16: []} for name in clients}
+    for streams in (1, 16):
+        for _ in range(repeats):
+            for name, client in clients.items():
+                runs[name][streams].append(await eb._throughput(client, streams, tokens))
+    out: dict[str, Any] = {}
+    for name, by in runs.items():
+        out[name] = {
+            "stream1_tok_s": round(statistics.median(r["tok_s"] for r in by[1]), 1),
+            "stream16_tok_s": round(statistics.median(r["tok_s"] for r in by[16]), 1),
+            "stream1_runs": [round(r["tok_s"], 1) for r in by[1]],
+            "stream16_runs": [round(r["tok_s"], 1) for r in by[16]],
+            "tokens_per_stream": tokens, "repeats": repeats,
+        }
+    return out
+
+
 def launcher_facts(launcher: EngineLauncher) -> dict[str, Any]:
     argv = launcher.command()
     return {"start_s": round(launcher.started_s or 0, 1), "flags": argv[argv.index("serve") + 2:],
@@ -231,7 +257,9 @@ async def part_bench(args: argparse.Namespace, results: Results, deadline: float
     results.save()
     store = TuningStore(settings.data_dir)
     mvb = _load("meter_vs_bench")
-    tokens, repeats = (256, 5) if not args.dry_run else (32, 3)
+    # 1-stream runs of 256 tokens last 0.6 s on an H200: the first run's repeats spread 416-542
+    # tok/s for one profile; 512 tokens and seven repeats
+    tokens, repeats = (512, 7) if not args.dry_run else (32, 3)
     bench: dict[str, Any] = results.data.get("engine_bench", {})
     async with make_http_client() as http:
         for profile in ("default", "vllm-defaults"):
@@ -296,8 +324,16 @@ def tune_setup(args: argparse.Namespace, *, candidates: bool):  # type: ignore[n
     traits = model_traits(model.served_name, model.config_json)
     help_flags = known_flags(engine_help_text(engine, settings.cache_dir))
     base_args, _ = effective(baseline, {}, platform=engine.platform)
-    cands = candidates_for(engine.platform, traits, concurrency=32, base_args=base_args)[: args.candidates] \
-        if candidates else []
+    offered = candidates_for(engine.platform, traits, concurrency=32, base_args=base_args)
+    if args.changes:
+        wanted = [c.strip() for c in args.changes.split(";") if c.strip()]
+        by_label = {c.change: c for c in offered}
+        unknown = [w for w in wanted if w not in by_label]
+        if unknown:
+            raise SystemExit(f"--changes: no such candidate {unknown}; the candidates are: "
+                             + "; ".join(by_label))
+        offered = [by_label[w] for w in wanted]
+    cands = offered[: args.candidates] if candidates else []
     gpus = read_gpu_memory()
     engines = 2 + max(len(cands), 2)
     if gpus:
@@ -348,6 +384,7 @@ async def part_tune(args: argparse.Namespace, results: Results, deadline: float)
                     "side_by_side": {"kv_cache_gib": args.kv_gib, "gpu_memory_utilization": side.gpu_memory_utilization},
                     "starts": {t.label: t.start_s for t in tuner.trials},
                     "errors": {t.label: t.error for t in tuner.trials if t.error}})
+            await paired_bench(args, results, tuner)
             screenings = []
             for key, name, workload, wshape in workloads:
                 if time.monotonic() + _round_s(tuner, workload) > deadline:
@@ -364,6 +401,31 @@ async def part_tune(args: argparse.Namespace, results: Results, deadline: float)
                     results.put(key, tune_json(screening, tuner))
         finally:
             await tuner.close()
+
+
+async def paired_bench(args: argparse.Namespace, results: Results, tuner) -> None:  # type: ignore[no-untyped-def]
+    """engine_bench's streams on the round's baseline (the app's ``default``) and its reference
+    (``vllm-defaults``), side by side and in turns: the same flags as when each runs alone
+    except the memory share every engine of the round gets (the KV cache does not limit 1 or 16
+    streams)."""
+    base = tuner.base
+    ref = next((t for t in tuner.trials if t.reference and t.launcher is not None), None)
+    if base.launcher is None or ref is None:
+        return
+    tokens, repeats = (512, 7) if not args.dry_run else (32, 3)
+    say("engine_bench side by side: default and vllm-defaults in turns")
+    figures = await paired_stream_figures(
+        tuner.http, {"default": base.launcher.endpoint, "vllm-defaults": ref.launcher.endpoint},
+        tokens=tokens, repeats=repeats)
+    d, v = figures["default"], figures["vllm-defaults"]
+    figures["default_vs_vllm_defaults"] = {k: round(d[k] / v[k], 3) for k in ("stream1_tok_s", "stream16_tok_s")}
+    figures["method"] = ("both engines up at once with the round's memory share (KV cache "
+                         f"{args.kv_gib:g} GiB each), runs alternating default / vllm-defaults")
+    bench = results.data.get("engine_bench", {})
+    bench["side_by_side"] = figures
+    results.put("engine_bench", bench)
+    say(f"  side by side: default/vllm-defaults 1 stream {figures['default_vs_vllm_defaults']['stream1_tok_s']}, "
+        f"16 streams {figures['default_vs_vllm_defaults']['stream16_tok_s']}")
 
 
 async def part_confirm(args: argparse.Namespace, results: Results, deadline: float) -> None:
@@ -407,7 +469,7 @@ async def part_confirm(args: argparse.Namespace, results: Results, deadline: flo
 
 def _round_s(tuner, workload, engines: int | None = None) -> float:  # type: ignore[no-untyped-def]
     n = engines if engines is not None else sum(1 for t in tuner.trials if t.launcher is not None)
-    return n * tuner.repeats * (workload.duration_s + 2.5) + workload.warmup_s
+    return n * tuner.repeats * (workload.duration_s + workload.warmup_s + 2.5)
 
 
 def tune_json(screening, tuner) -> dict[str, Any]:  # type: ignore[no-untyped-def]
@@ -456,6 +518,8 @@ def main() -> int:
     ap.add_argument("--max-steps", type=int, default=8)
     ap.add_argument("--shape", help="captured shape to tune for (default: the bench part's)")
     ap.add_argument("--candidates", type=int, default=4, help="how many candidate changes (side by side)")
+    ap.add_argument("--changes", help="the candidate changes to screen, by label, separated by ';' "
+                                      "(default: the first --candidates the tuner offers)")
     ap.add_argument("--kv-gib", type=float, default=8.0, help="KV cache of each side-by-side engine")
     ap.add_argument("--window-s", type=float, default=8.0, help="measurement window per run")
     ap.add_argument("--dry-run", action="store_true", help="a rehearsal on this machine's engine, sizes shrunk")

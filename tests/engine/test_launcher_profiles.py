@@ -46,6 +46,8 @@ def test_cuda_default_is_compiled_and_sized_for_the_gpu_and_the_sessions(tmp_pat
     assert flags["--max-model-len"] == ["8192"]
     assert flags["--gpu-memory-utilization"] == ["0.90"]
     assert "--enable-prefix-caching" in flags and "--enable-chunked-prefill" in flags
+    # graphs for mixed prefill+decode steps, not only for the sized batch (2 x 64 = 128)
+    assert flags["--max-cudagraph-capture-size"] == ["512"]
     assert flags["--tool-call-parser"] == ["hermes"]
     assert "--kv-cache-memory-bytes" not in flags
 

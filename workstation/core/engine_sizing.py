@@ -17,8 +17,9 @@ The rules, each with its reason:
   history resident; a context no session can fill only shrinks the prefix cache.
 - **Batch**: twice the sessions, as a power of two in [16, 1024]. Each session has one request
   in flight; the rest is room for the meters' probes, a benchmark or a human in another
-  client. vLLM sizes its CUDA-graph captures from this, so a batch cap near the real
-  concurrency also makes the start shorter than vLLM's default of 1,024 on a large GPU.
+  client. vLLM would size its CUDA-graph captures from this (2x, at most 512 tokens); the
+  CUDA profile pins the capture size to 512 instead, because agent steps mix prefill chunks
+  into the decodes and a step without a graph costs the host more (see core/profiles.py).
 """
 
 from __future__ import annotations

@@ -349,13 +349,18 @@ PLATFORM_BASELINE: dict[str, tuple[str, ...]] = {
     # On a GPU eager costs 8x (H200, SmolLM2: 64 vs 521 tok/s for one stream). Compiled graphs
     # stay on; the three sized flags come from core/engine_sizing.py; prefix caching and
     # chunked prefill are vLLM's defaults today, named so that a version that changes them
-    # cannot quietly take them away from agent traffic (long shared prefixes).
+    # cannot quietly take them away from agent traffic (long shared prefixes). vLLM captures
+    # CUDA graphs up to twice the batch cap (at most 512 tokens): with the cap sized to the
+    # sessions (64 for 32) every step over 128 tokens would run without graphs, and agent
+    # steps mix a prefill chunk (a tool's output, the next turn) into the decodes. 512 is what
+    # vLLM's own batch default gives on a large GPU.
     "cuda": (
         "--max-num-seqs", "{max_num_seqs}",
         "--max-model-len", "{max_model_len}",
         "--gpu-memory-utilization", "{gpu_memory_utilization}",
         "--enable-prefix-caching",
         "--enable-chunked-prefill",
+        "--max-cudagraph-capture-size", "512",
     ),
 }
 
