@@ -45,6 +45,21 @@ class FleetWindow:
         await self.services.aclose()
 
 
+async def wait_streaming(window: Any, timeout_s: float) -> tuple[int, float]:
+    """Wait until every pane has received streamed text (each session's model turn streams),
+    at most ``timeout_s``; (panes streaming, seconds waited). A measuring window that opens
+    while sessions are still being admitted and checkpointed would count their start-up as
+    tokens not delivered."""
+    import asyncio
+    import time
+
+    docs = [pane.doc for pane in window.panes.values()]
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s and not all(d.tokens_flushed for d in docs):
+        await asyncio.sleep(0.1)
+    return sum(1 for d in docs if d.tokens_flushed), time.monotonic() - t0
+
+
 async def open_fleet_window(window: Any, settings: Any, port: int, sessions: int, *,
                             workdir: Path | None = None) -> FleetWindow:
     """``sessions`` running agent sessions in ``window``, streaming from the source at ``port``."""

@@ -7,7 +7,11 @@ made by the app's service factory, each a real agent whose model turn streams th
 shared ``httpx`` client, the fleet's events and the bridge into the real
 :class:`MainWindow` at 1920×1080 (offscreen), on the qasync loop the app runs on.
 
-"Achieved" counts the tokens that reached the panes' documents (after coalescing, on
+The measuring window opens once every session streams (``ramp_s``: admission, worktrees and
+first checkpoints come first), then ``--warmup``. "Offered" is the set rate; the source also
+reports, over the same window (one clock on one machine), what it sent (``source_sent_tok_s``),
+what its schedule had due (``source_due_tok_s``), how far behind it was at the end and its own
+CPU. "Achieved" counts the tokens that reached the panes' documents (after coalescing, on
 the flush tick). Loop lag is how late a 20 ms asyncio sleep wakes up; ``loop_lag_own_p99_ms`` bounds the
 part the GUI thread itself was busy (CPU time in the late interval), so lag from other
 processes on a shared machine can be told apart. CPU % is the
@@ -65,11 +69,18 @@ def _event(payload: dict) -> bytes:
 async def _serve(args: argparse.Namespace) -> None:
     tokens = _tokens()
     head = b'data: {"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1,"model":"bench","choices":[{"index":0,"delta":{"content":'
-    tail = b'},"logprobs":null,"finish_reason":null}]}\n\n'
-    token_events = [head + json.dumps(t).encode() + tail for t in tokens]
+    tail = b'},"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n'
+
+    def chunk(data: bytes) -> bytes:
+        return b"%x\r\n%s\r\n" % (len(data), data)
+
+    # vLLM's chunks to the byte (as its 0.32 sends them), each event its own HTTP chunk, as
+    # uvicorn writes them; framed once here so a step costs the source a join and a write
+    token_events = [chunk(head + json.dumps(t).encode() + tail) for t in tokens]
     first_event = _event({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1, "model": "bench",
                           "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                       "logprobs": None, "finish_reason": None}]})
+                                       "logprobs": None, "finish_reason": None}],
+                          "prompt_token_ids": None, "prompt_text": None})
     # Streams start at different places of the script, but never inside a code block.
     starts, fences = [], 0
     for i, t in enumerate(tokens):
@@ -78,20 +89,22 @@ async def _serve(args: argparse.Namespace) -> None:
         fences += t.count("```")
     per_stream = args.rate / max(1, args.sessions)
     streams: list[dict] = []
-    stats = {"sent": 0, "streams": 0, "skipped_ticks": 0}
+    stats = {"sent": 0, "streams": 0, "skipped_ticks": 0, "behind": 0}
+    # (monotonic s, tokens sent so far, tokens due so far, CPU s so far): the app reads what was offered in
+    # its own window from this (the clock is the machine's, shared by both processes)
+    samples: list[tuple[float, int, int]] = []
     deadline = time.monotonic() + args.deadline_s
 
     def finish_events(sent: int) -> bytes:
         return (
-            _event({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1, "model": "bench",
-                    "choices": [{"index": 0, "delta": {"content": ""}, "logprobs": None, "finish_reason": "length"}]})
-            + _event({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1, "model": "bench",
-                      "choices": [], "usage": {"prompt_tokens": 20, "completion_tokens": sent, "total_tokens": 20 + sent}})
-            + b"data: [DONE]\n\n"
+            chunk(_event({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1, "model": "bench",
+                          "choices": [{"index": 0, "delta": {"content": ""}, "logprobs": None,
+                                       "finish_reason": "length", "stop_reason": None, "token_ids": None}]}))
+            + chunk(_event({"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 1, "model": "bench",
+                            "choices": [], "usage": {"prompt_tokens": 20, "total_tokens": 20 + sent,
+                                                     "completion_tokens": sent}, "system_fingerprint": "bench"}))
+            + chunk(b"data: [DONE]\n\n")
         )
-
-    def chunk(data: bytes) -> bytes:
-        return b"%x\r\n%s\r\n" % (len(data), data)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -119,7 +132,7 @@ async def _serve(args: argparse.Namespace) -> None:
                 streams.append(stream)
                 stats["streams"] += 1
                 await done
-                writer.write(chunk(finish_events(stream["sent"])) + b"0\r\n\r\n")
+                writer.write(finish_events(stream["sent"]) + b"0\r\n\r\n")
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -136,10 +149,16 @@ async def _serve(args: argparse.Namespace) -> None:
     step_hz = args.source_hz or min(1000.0, per_stream)
     tick_s = 1.0 / step_hz
     n_tokens = len(token_events)
+    next_sample = 0.0
     async with server:
         while time.monotonic() < deadline and not stop.is_set():
             await asyncio.sleep(tick_s)
             now = time.monotonic()
+            if now >= next_sample:
+                due_all = sum(int((now - s["start"]) * per_stream) for s in streams if not s["done"].done())
+                times = os.times()
+                samples.append((round(now, 4), stats["sent"], due_all, round(times.user + times.system, 3)))
+                next_sample = now + 0.1
             for stream in streams:
                 if stream["done"].done():
                     continue
@@ -154,17 +173,21 @@ async def _serve(args: argparse.Namespace) -> None:
                     stats["skipped_ticks"] += 1
                     continue
                 pos = stream["pos"]
-                parts = [token_events[(pos + k) % n_tokens] for k in range(due)]
+                if due == 1:
+                    data = token_events[pos % n_tokens]
+                else:
+                    data = b"".join([token_events[(pos + k) % n_tokens] for k in range(due)])
                 stream["pos"] = pos + due
                 stream["sent"] += due
                 stats["sent"] += due
-                writer.write(chunk(b"".join(parts)))
+                writer.write(data)
         for stream in streams:
             if not stream["done"].done():
                 stream["done"].set_result(None)
         await asyncio.sleep(0.3)
     times = os.times()
     stats["cpu_s"] = round(times.user + times.system, 2)
+    stats["samples"] = samples
     print("STATS " + json.dumps(stats), flush=True)
 
 
@@ -195,10 +218,11 @@ async def _lag_probe(samples: list[float], own: list[float], stop: asyncio.Event
 async def _bench(args: argparse.Namespace, window, port: int) -> dict:
     import psutil
 
-    from benchmarks._fleet_window import open_fleet_window
+    from benchmarks._fleet_window import open_fleet_window, wait_streaming
 
     proc = psutil.Process()
     sessions = await open_fleet_window(window, window.settings, port, args.sessions)
+    streaming, ramp_s = await wait_streaming(window, args.ramp_timeout)
     await asyncio.sleep(args.warmup)
     docs = [pane.doc for pane in window.panes.values()]
     lag: list[float] = []
@@ -235,6 +259,8 @@ async def _bench(args: argparse.Namespace, window, port: int) -> dict:
     tokens = max(1, tokens1 - tokens0)
     return {
         "sessions": args.sessions,
+        "sessions_streaming": streaming,
+        "ramp_s": round(ramp_s, 1),
         "seconds": round(elapsed, 1),
         "offered_tok_s": float(args.rate),
         "achieved_tok_s": round((tokens1 - tokens0) / elapsed, 1),
@@ -251,7 +277,21 @@ async def _bench(args: argparse.Namespace, window, port: int) -> dict:
         "rss_mb": round(proc.memory_info().rss / 1e6, 1),
         "flush_hz": window.settings.ui.flush_hz,
         "grab": str(grab_path),
+        "_window": (t0, t0 + elapsed),
     }
+
+
+def _at(samples: list[list[float]], t: float, column: int) -> float:
+    """The source's counter ``column`` at time ``t``, interpolated between its samples."""
+    prev = samples[0]
+    for sample in samples:
+        if sample[0] >= t:
+            span = sample[0] - prev[0]
+            if span <= 0:
+                return float(sample[column])
+            return prev[column] + (sample[column] - prev[column]) * (t - prev[0]) / span
+        prev = sample
+    return float(samples[-1][column])
 
 
 def source_nice(level: int):  # type: ignore[no-untyped-def]
@@ -271,7 +311,7 @@ def run(args: argparse.Namespace) -> dict:
     from workstation.ui.main_window import MainWindow
     from workstation.ui.theme import apply_theme
 
-    deadline_s = args.warmup + args.seconds + 30
+    deadline_s = args.ramp_timeout + args.warmup + args.seconds + 30
     source = subprocess.Popen(
         [sys.executable, __file__, "--serve", "--rate", str(args.rate), "--sessions", str(args.sessions),
          "--deadline-s", str(deadline_s), "--source-hz", str(args.source_hz or 0)],
@@ -306,6 +346,7 @@ def run(args: argparse.Namespace) -> dict:
         except subprocess.TimeoutExpired:
             source.kill()
             out, _ = source.communicate()
+    t0, t1 = result.pop("_window")
     result["source_nice"] = args.source_nice
     result["cpus"] = os.cpu_count()
     for text in (out or "").splitlines():
@@ -314,10 +355,19 @@ def run(args: argparse.Namespace) -> dict:
             result["source_sent"] = stats["sent"]
             result["source_cpu_s"] = stats.get("cpu_s")
             result["source_skipped_ticks"] = stats.get("skipped_ticks")
-            total_s = args.warmup + args.seconds
-            if stats.get("cpu_s") is not None:
-                # the source is another process; on a 2-core machine it takes a core of its own
-                result["source_cpu_percent"] = round(100.0 * stats["cpu_s"] / total_s, 1)
+            result["source_streams"] = stats.get("streams")
+            samples = stats.get("samples") or []
+            if len(samples) >= 2:
+                sent = _at(samples, t1, 1) - _at(samples, t0, 1)
+                due = _at(samples, t1, 2) - _at(samples, t0, 2)
+                result["source_sent_tok_s"] = round(sent / (t1 - t0), 1)
+                result["source_due_tok_s"] = round(due / (t1 - t0), 1)
+                result["source_behind_tokens"] = round(_at(samples, t1, 2) - _at(samples, t1, 1))
+                result["achieved_pct_of_offered"] = round(100.0 * result["achieved_tok_s"] / args.rate, 2)
+                result["achieved_pct_of_sent"] = round(100.0 * result["achieved_tok_s"] / max(1.0, sent / (t1 - t0)), 2)
+                # the source is another process, on the same 2 cores here (an engine on a GPU
+                # machine has cores of its own): what it cost over the measuring window
+                result["source_cpu_percent"] = round(100.0 * (_at(samples, t1, 3) - _at(samples, t0, 3)) / (t1 - t0), 1)
     return result
 
 
@@ -327,6 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=12000.0, help="aggregate tokens/s offered")
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--ramp-timeout", type=float, default=120.0,
+                        help="seconds to wait for every session to stream before the warm-up")
     parser.add_argument("--flush-hz", type=float, default=None, help="override settings.ui.flush_hz")
     parser.add_argument("--stream-batch-ms", type=float, default=None,
                         help="override settings.engine.stream_batch_ms (0: streams read on the GUI loop)")

@@ -75,9 +75,9 @@ class EngineSettings(BaseSettings):
     """Seconds between SIGTERM and SIGKILL when stopping the engine."""
     kv_cache_gib: float | None = None
     """KV cache size for the CPU engine; None sizes it from free memory."""
-    stream_batch_ms: float = 20.0
-    """How often the stream worker hands what the engine streamed to the app, in coalesced
-    batches per session (ms). 0 reads every stream on the app's loop instead (one wake-up per
+    stream_batch_ms: float = 33.0
+    """How often the stream worker reads the streams and hands what came to the app, in
+    coalesced batches per session (ms; about one 30 Hz flush tick of the window). 0 reads every stream on the app's loop instead (one wake-up per
     token; fine for a few sessions, a core's worth at DGX rates)."""
     tool_call_parser: str | None = None
     """vLLM's tool-call parser; None picks one from the model family (hermes for the

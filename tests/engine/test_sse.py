@@ -75,3 +75,101 @@ def test_choices_of_one_request_keep_their_index_and_never_fold_together():
     for d in c.take():
         texts[d.index] = texts.get(d.index, "") + d.content
     assert texts == {0: "ab", 1: "xy"}
+
+
+VLLM_TOKEN = (b'{"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,'
+              b'"delta":{"content":"%s"},"logprobs":null,"finish_reason":null,"token_ids":null}]}')
+
+
+def test_many_payloads_parse_in_one_call_unless_done_or_a_bad_one_is_among_them():
+    from workstation.engine.sse import parse_payloads
+
+    good = [VLLM_TOKEN % b"a", VLLM_TOKEN % b"b", b'{"choices":[],"usage":{"prompt_tokens":1}}']
+    objs = parse_payloads(good)
+    assert [o["choices"][0]["delta"]["content"] for o in objs[:2]] == ["a", "b"] and objs[2]["usage"]
+    assert parse_payloads(good + [b"[DONE]"]) is None
+    assert parse_payloads([good[0], b'{"choices":[{"delta":', good[1]]) is None
+    assert parse_payloads([good[0], b'{"choices":[', b'{"delta":{}}]}']) is None  # joins into one object
+    assert parse_payloads([good[0]]) is None  # one payload: nothing to gain
+
+
+def test_only_a_chunk_of_nothing_but_text_of_choice_zero_takes_the_short_path():
+    import orjson
+
+    from workstation.engine.sse import plain_text
+
+    assert plain_text(orjson.loads(VLLM_TOKEN % b"hi")) == "hi"
+    for other in (
+        b'{"choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}',
+        b'{"choices":[{"index":0,"delta":{"content":""}}]}',
+        b'{"choices":[{"index":1,"delta":{"content":"x"}}]}',
+        b'{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}',
+        b'{"choices":[{"index":0,"delta":{"content":"x","reasoning_content":"r"}}]}',
+        b'{"choices":[{"index":0,"delta":{"reasoning":"r"}}]}',
+        b'{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0}]}}]}',
+        b'{"choices":[{"index":0,"delta":{"content":"x"}}],"usage":{"prompt_tokens":1}}',
+        b'{"choices":[{"index":0,"delta":{"content":"x"}},{"index":1,"delta":{"content":"y"}}]}',
+        b'{"error":{"message":"boom"},"choices":[{"delta":{"content":"x"}}]}',
+        b'[1]',
+    ):
+        assert plain_text(orjson.loads(other)) is None, other
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_folding_text_without_a_delta_is_the_same_as_adding_one(seed):
+    import random
+
+    rng = random.Random(seed)
+    kinds = [ChatDelta(content="t"), ChatDelta(reasoning="r"), ChatDelta(tool_calls=[{"index": 0}]),
+             ChatDelta(finish_reason="stop", events=0), ChatDelta(usage=Usage(1, 2), events=0),
+             ChatDelta(content="c", index=1)]
+    fast, slow = Coalescer(), Coalescer()
+    for step in range(60):
+        if rng.random() < 0.5:
+            text = f"w{step}"
+            fast.add_text(text)
+            slow.add(ChatDelta(content=text))
+        else:
+            delta = rng.choice(kinds)
+            fast.add(delta)
+            slow.add(delta)
+        if rng.random() < 0.1:
+            assert fast.events == slow.events
+            assert fast.take() == slow.take()
+    assert fast.events == slow.events and fast.take() == slow.take()
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_parsing_whole_reads_at_once_gives_what_event_by_event_parsing_gives(seed):
+    import random
+
+    import orjson
+
+    rng = random.Random(seed)
+    pieces = [b"data: " + VLLM_TOKEN % b"w\\n" + b"\n\n", b"data: " + VLLM_TOKEN % b'say \\"data: {\\"' + b"\n\n",
+              b"data: " + VLLM_TOKEN % b"[DONE] in text" + b"\n\n", b": keep-alive\n\n",
+              b'data: {"choices":[],\r\ndata: "usage":{"prompt_tokens":3}}\r\n\r\n', b"data:{}\n\n"]
+    stream = b"".join(rng.choice(pieces[:2] if rng.random() < 0.9 else pieces) for _ in range(80))
+    stream += b"data: [DONE]\n\n"
+    reference = []
+    for payload in SseDecoder().feed(stream):
+        reference.append(payload if payload == b"[DONE]" else orjson.loads(payload))
+    decoder, got, fast = SseDecoder(), [], 0
+    at = 0
+    while at < len(stream):
+        size = rng.choice([1, 7, 200, 1000, 5000])
+        objs, payloads = decoder.feed_parsed(stream[at:at + size])
+        at += size
+        if objs is not None:
+            fast += 1
+            got += objs
+        got += [p if p == b"[DONE]" else orjson.loads(p) for p in payloads]
+    assert got == reference and decoder.pending == 0
+    assert fast > 0  # the one-call path was taken
+
+
+def test_a_bad_payload_among_good_ones_is_left_to_event_by_event_parsing():
+    decoder = SseDecoder()
+    raw = b"data: " + VLLM_TOKEN % b"a" + b"\n\ndata: {\"choices\":[\n\ndata: " + VLLM_TOKEN % b"b" + b"\n\n"
+    objs, payloads = decoder.feed_parsed(raw)
+    assert objs is None and len(payloads) == 3 and payloads[1] == b'{"choices":['

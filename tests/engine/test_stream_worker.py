@@ -169,3 +169,56 @@ async def test_the_worker_refuses_after_close_and_close_twice_is_harmless():
     worker.close()
     with pytest.raises(RuntimeError, match="closed"):
         worker.open("http://127.0.0.1:9/v1/chat/completions", b"{}", {})
+
+
+async def test_a_bad_chunk_fails_the_stream_after_every_event_before_it(client_for):
+    # "partial answer " in pieces of 4: role, "part", "ial ", then a chunk cut mid-JSON — all
+    # in one read on the worker, where the read's events are parsed together
+    async with client_for() as make, ScriptedServer([Fault.truncated_json(after_chunks=3)]) as server:
+        got = []
+        with pytest.raises(EngineHTTPError, match="malformed stream chunk"):
+            async for d in make(server.endpoint).stream_chat(MESSAGES):
+                got.append(d.content)
+    assert "".join(got) == "partial "
+
+
+async def test_reads_are_paced_many_events_per_read_and_every_one_arrives_in_order(monkeypatch):
+    from workstation.engine import stream_worker
+
+    reads = []
+    original = stream_worker._Stream.on_body
+
+    def on_body(self, body):  # type: ignore[no-untyped-def]
+        reads.append(len(body))
+        original(self, body)
+
+    monkeypatch.setattr(stream_worker._Stream, "on_body", on_body)
+    text = "".join(f"{i:04d}" for i in range(2000))
+    worker = StreamWorker(batch_s=0.05)
+    try:
+        async with make_http_client() as http, ScriptedServer([Reply(text=text, chunk_chars=4,
+                                                                     delay_s=0.0002)]) as server:
+            got, events = [], 0
+            async for d in ChatClient(http, server.endpoint, streams=worker).stream_chat(MESSAGES):
+                got.append(d.content)
+                events += d.events
+            assert "".join(got) == text and events == 2000
+            # one read per tick, not one per event written (2000 writes, each drained)
+            assert len(reads) < events / 10, len(reads)
+    finally:
+        worker.close()
+
+
+async def test_the_first_token_is_read_as_it_comes_so_time_to_first_token_stays_exact():
+    worker = StreamWorker(batch_s=0.6)
+    records = []
+    try:
+        async with make_http_client() as http, ScriptedServer([Reply(text="abcdef", chunk_chars=1,
+                                                                     delay_s=0.05)]) as server:
+            client = ChatClient(http, server.endpoint, streams=worker, observers=[records.append])
+            assert (await _collect(client))[0] == "abcdef"
+        # the role chunk, then 50 ms to the first token: paced from the role chunk on, it
+        # would be read at the next tick, 600 ms later
+        assert records[0].ttft_s is not None and records[0].ttft_s < 0.4, records[0].ttft_s
+    finally:
+        worker.close()

@@ -106,6 +106,32 @@ class SseDecoder:
         self._buffer = buffer[start:] + held
         return out
 
+    def feed_parsed(self, data: bytes) -> tuple[list[Any] | None, list[bytes]]:
+        """:meth:`feed`, with vLLM's case parsed at once: when every complete event is one
+        ``data: {…}`` line (no comment, field, ``\\r`` or ``[DONE]``), the events become ONE
+        JSON array by a single replace on the bytes and ONE ``orjson`` call — ``(objects, [])``.
+        Otherwise ``(None, payloads)`` as :meth:`feed` gives them. (A raw newline cannot be
+        inside a JSON payload, so the line structure is checked by counting.)"""
+        buffer = self._buffer + data if self._buffer else data
+        if b"\r" not in buffer:
+            end = buffer.rfind(b"\n\n")
+            if end < 0:
+                self._buffer = buffer
+                return None, []
+            complete = buffer[:end + 2]
+            n = complete.count(b"\n\n")
+            if (complete.startswith(b"data: {") and complete.count(b"\n") == 2 * n
+                    and complete.count(b"\n\ndata: {") == n - 1 and b"[DONE]" not in complete):
+                try:
+                    objs = orjson.loads(b"[" + complete[6:-2].replace(b"\n\ndata: ", b",") + b"]")
+                except orjson.JSONDecodeError:
+                    objs = None
+                # pieces that are not JSON alone can join into JSON: then the count differs
+                if objs is not None and len(objs) == n:
+                    self._buffer = buffer[end + 2:]
+                    return objs, []
+        return None, self.feed(data)
+
     @property
     def pending(self) -> int:
         """Bytes of an event not yet complete."""
@@ -131,6 +157,11 @@ def reduce_payload(data: bytes | str) -> ChatDelta | object:
         obj = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise EngineHTTPError(f"malformed stream chunk from the engine: {data[:120]!r}") from exc
+    return reduce_object(obj, data)
+
+
+def reduce_object(obj: Any, data: bytes | str = b"") -> ChatDelta:
+    """One parsed chunk → a :class:`ChatDelta`; ``data`` (its payload) only names a bad one."""
     if not isinstance(obj, dict):
         raise EngineHTTPError(f"unexpected stream chunk from the engine: {data[:120]!r}")
     if "error" in obj:
@@ -156,6 +187,38 @@ def reduce_payload(data: bytes | str) -> ChatDelta | object:
     if not (delta.content or delta.reasoning or delta.tool_calls):
         delta.events = 0  # role, finish or usage only: not a token
     return delta
+
+
+def parse_payloads(payloads: list[bytes]) -> list[Any] | None:
+    """Every payload parsed by ONE ``orjson`` call (a JSON array of them), or None when that
+    cannot be: a ``[DONE]`` among them or one that is not JSON — the caller then reduces them
+    one by one, so an error still surfaces after the events before it."""
+    if len(payloads) == 1 or b"[DONE]" in payloads:
+        return None
+    try:
+        objs = orjson.loads(b"[" + b",".join(payloads) + b"]")
+    except orjson.JSONDecodeError:
+        return None
+    # bad pieces can join into good JSON ('{"a":1' + '"b":2}'): then the count differs
+    return objs if len(objs) == len(payloads) else None
+
+
+def plain_text(obj: Any) -> str | None:
+    """The text of a chunk that carries nothing but one piece of content of choice 0 (vLLM's
+    every token event), else None — such a chunk folds without a :class:`ChatDelta`."""
+    if type(obj) is not dict or "usage" in obj or "error" in obj:
+        return None
+    choices = obj.get("choices")
+    if not choices or len(choices) != 1:
+        return None
+    choice = choices[0]
+    if type(choice) is not dict or choice.get("finish_reason") is not None or choice.get("index"):
+        return None
+    d = choice.get("delta")
+    if type(d) is not dict or len(d) != 1:
+        return None
+    text = d.get("content")
+    return text if type(text) is str and text else None
 
 
 def _kind(delta: ChatDelta) -> int:
@@ -198,6 +261,18 @@ class Coalescer:
                 return
         out.append(ChatDelta(delta.content, delta.reasoning, list(delta.tool_calls), delta.finish_reason,
                              delta.usage, delta.events, delta.index))
+
+    def add_text(self, text: str) -> None:
+        """:meth:`add` of a delta with only ``text`` as content (choice 0), without making one."""
+        self.events += 1
+        out = self._out
+        if out:
+            last = out[-1]
+            if last.index == 0 and not last.tool_calls:
+                last.content += text
+                last.events += 1
+                return
+        out.append(ChatDelta(text))
 
     def take(self) -> list[ChatDelta]:
         out, self._out = self._out, []

@@ -6,7 +6,9 @@ thread with its own event loop owns the streams' sockets:
 
 - **Lean reading.** An ``asyncio.Protocol`` per connection feeds ``httptools`` (llhttp, the
   parser uvicorn uses) and the body bytes go straight to :class:`~workstation.engine.sse.SseDecoder`
-  and ``orjson``: no per-event objects beyond the reduced delta.
+  and ``orjson``. Once a stream's first token is in, its socket is read once per tick
+  (:meth:`StreamWorker.pace`): the events of a tick are one ``recv``, one JSON parse, and
+  text-only chunks fold without a delta object each.
 - **Batched hand-off.** What arrived is folded per stream (:class:`~workstation.engine.sse.Coalescer`,
   order kept) and handed to each caller's loop at most every ``batch_s`` in ONE thread-safe call
   for all the streams of that loop; the consumer wakes once per batch, not once per token.
@@ -44,6 +46,9 @@ from workstation.engine.sse import (
     EngineUnreachable,
     SseDecoder,
     Usage,
+    parse_payloads,
+    plain_text,
+    reduce_object,
     reduce_payload,
 )
 
@@ -146,37 +151,60 @@ class _Stream:
         self.received_any = True
 
     def on_body(self, body: bytes) -> None:
+        """What one read brought (every HTTP chunk of it joined): decoded and folded."""
         now = time.monotonic()
         if self.status != 200 or b"text/event-stream" not in self.content_type:
             self.error_body += body[: 4096 - len(self.error_body)]
             return
-        payloads = self.decoder.feed(body)
-        if not payloads:
+        objs, payloads = self.decoder.feed_parsed(body)
+        if (objs is None and not payloads) or self.finished:
             return
         gap = now - self.last_s
         if gap > self.result.max_gap_s:
             self.result.max_gap_s = gap
         self.last_s = now
-        for payload in payloads:
-            if self.finished:
-                return
-            try:
-                delta = reduce_payload(payload)
-            except EngineHTTPError as exc:
-                self.fail(exc)
-                return
-            if delta is DONE:
-                self.finish()
-                return
-            if self.result.first_s is None and (delta.content or delta.tool_calls or delta.reasoning):
+        pending = self.pending
+        if objs is None:
+            objs = parse_payloads(payloads)
+        if objs is not None:  # the common case: one parse for the whole read
+            add_text = pending.add_text
+            for obj in objs:
+                text = plain_text(obj)
+                if text is not None:
+                    add_text(text)
+                    continue
+                try:
+                    delta = reduce_object(obj)
+                except EngineHTTPError as exc:
+                    self.fail(exc)
+                    return
+                self._add(delta, now)
+            if self.result.first_s is None and pending.events:
                 self.result.first_s = now - self.started
-            if delta.usage is not None:
-                self.result.usage = delta.usage
-            self.pending.add(delta)
+        else:
+            for payload in payloads:
+                if self.finished:
+                    return
+                try:
+                    delta = reduce_payload(payload)
+                except EngineHTTPError as exc:
+                    self.fail(exc)
+                    return
+                if delta is DONE:
+                    self.finish()
+                    return
+                self._add(delta, now)
         self.worker.mark(self)
         if not self.paused and self.delivered - self.taken >= MAX_PENDING_BATCHES and self.conn is not None:
             self.paused = True
             self.conn.pause()
+
+    def _add(self, delta: ChatDelta, now: float) -> None:
+        if self.result.first_s is None and (delta.content or delta.tool_calls or delta.reasoning):
+            self.result.first_s = now - self.started
+        if delta.usage is not None:
+            self.result.usage = delta.usage
+        self.pending.add(delta)
 
     def on_complete(self) -> None:
         if self.finished:
@@ -255,6 +283,9 @@ class _Connection(asyncio.Protocol):
         self.content_type = b""
         self.reused = False
         self.closed = False
+        self.paced = False
+        """Reading stopped until the worker's next tick (see :meth:`StreamWorker.pace`)."""
+        self._body: list[bytes] = []
 
     def start(self, stream: _Stream) -> None:
         self.stream = stream
@@ -276,9 +307,23 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             pass
         except httptools.HttpParserError as exc:
+            self._deliver_body()
             if self.stream is not None:
                 self.stream.fail(EngineHTTPError(f"malformed HTTP response from the engine: {exc}"))
             self.close()
+            return
+        self._deliver_body()
+        stream = self.stream
+        if stream is not None and stream.result.first_s is not None and not self.closed:
+            self.worker.pace(self)
+
+    def _deliver_body(self) -> None:
+        """Hand the stream every HTTP chunk this read brought, joined: one decode per read."""
+        body = self._body
+        if body:
+            self._body = []
+            if self.stream is not None:
+                self.stream.on_body(body[0] if len(body) == 1 else b"".join(body))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -292,6 +337,7 @@ class _Connection(asyncio.Protocol):
             self.transport.pause_reading()
 
     def resume(self) -> None:
+        self.paced = False
         if self.transport is not None and not self.closed:
             self.transport.resume_reading()
 
@@ -313,10 +359,10 @@ class _Connection(asyncio.Protocol):
             self.stream.on_headers(self.parser.get_status_code(), self.content_type)
 
     def on_body(self, body: bytes) -> None:
-        if self.stream is not None:
-            self.stream.on_body(body)
+        self._body.append(body)
 
     def on_message_complete(self) -> None:
+        self._deliver_body()
         stream, self.stream = self.stream, None
         keep = self.parser is not None and self.parser.should_keep_alive()
         if stream is not None:
@@ -340,7 +386,8 @@ class StreamWorker:
         self._idle: dict[tuple[str, int], list[_Connection]] = {}
         self._live: set[_Stream] = set()
         self._dirty: dict[asyncio.AbstractEventLoop, set[_Stream]] = {}
-        self._flush_due = False
+        self._paced: list[_Connection] = []
+        self._tick_due = False
         self._watchdog: asyncio.TimerHandle | None = None
         self._closed = False
         self._started = False
@@ -456,16 +503,51 @@ class StreamWorker:
         self._live.discard(stream)
 
     def mark(self, stream: _Stream) -> None:
-        """``stream`` has something for its consumer: hand it off at the next batch."""
+        """``stream`` has something for its consumer: hand it off at the next tick."""
         if stream.aborted:
             return
         self._dirty.setdefault(stream.caller, set()).add(stream)
-        if not self._flush_due:
-            self._flush_due = True
-            self.loop.call_later(self.batch_s, self._flush)
+        self._arm_tick()
+
+    def pace(self, conn: _Connection) -> None:
+        """Stop reading ``conn`` until the next tick. A streaming engine writes one event per
+        token; read as it comes, every token costs a wake-up, a ``recv``, a parse. Paced, what
+        arrived in a tick is read, parsed (one ``orjson`` call) and folded at once — the
+        consumer gets it at the same tick it would have anyway. A stream's first token is
+        read as it comes (pacing starts after it), so time to first token stays exact; the
+        longest gap between reads (``max_gap_s``) is then known to about a tick."""
+        if not conn.paced and conn.transport is not None:
+            conn.paced = True
+            conn.transport.pause_reading()
+            self._paced.append(conn)
+        self._arm_tick()
+
+    def _arm_tick(self) -> None:
+        if not self._tick_due:
+            self._tick_due = True
+            self.loop.call_later(self.batch_s, self._tick)
+
+    def _tick(self) -> None:
+        """Every ``batch_s`` while anything streams: read the paced sockets, then hand off."""
+        self._tick_due = False
+        paced, self._paced = self._paced, []
+        resumed = False
+        for conn in paced:
+            if not conn.paced:
+                continue  # resumed meanwhile (back-pressure let go)
+            conn.paced = False
+            stream = conn.stream
+            if conn.closed or conn.transport is None or (stream is not None and stream.paused):
+                continue  # gone, or held by back-pressure until its consumer catches up
+            conn.transport.resume_reading()
+            resumed = True
+        if resumed:
+            # the resumed sockets are read on the loop's next pass; hand off after that pass
+            self.loop.call_soon(self.loop.call_soon, self._flush)
+        else:
+            self._flush()
 
     def _flush(self) -> None:
-        self._flush_due = False
         dirty, self._dirty = self._dirty, {}
         for caller, streams in dirty.items():
             batch = []
