@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks.ui_ingest import _at  # noqa: E402
+
 UI_INGEST = ROOT / "benchmarks" / "ui_ingest.py"
 LAG_PROBE_S = 0.02
 
@@ -82,6 +84,7 @@ async def _phase(window, recorder, size: tuple[int, int] | None, args, out_dir: 
         while not recorder.is_recording:  # the encoder process takes a moment to start
             await asyncio.sleep(0.02)
     cpu0 = proc.cpu_times()
+    load0 = os.getloadavg()[0]
     t0 = time.monotonic()
     while time.monotonic() - t0 < args.seconds:
         await asyncio.sleep(0.5)
@@ -98,6 +101,8 @@ async def _phase(window, recorder, size: tuple[int, int] | None, args, out_dir: 
         loop_lag_p50_ms=round(_percentile(lag, 50) * 1000, 2),
         loop_lag_p99_ms=round(_percentile(lag, 99) * 1000, 2),
         cpu_percent=round(100.0 * cpu_s / elapsed, 1),
+        load_avg_1m=round(max(load0, os.getloadavg()[0]), 2),
+        _window=(t0, t0 + elapsed),
     )
     if size is not None:
         future = recorder.stop()
@@ -130,10 +135,13 @@ async def _phase(window, recorder, size: tuple[int, int] | None, args, out_dir: 
 
 
 async def _bench(args, window, port: int, out_dir: Path) -> list[dict]:
-    from benchmarks._fleet_window import open_fleet_window
+    from benchmarks._fleet_window import open_fleet_window, wait_streaming
     from workstation.ui.recorder import Recorder
 
     sessions = await open_fleet_window(window, window.settings, port, args.sessions)
+    streaming, _ramp_s = await wait_streaming(window, 120.0)
+    if streaming < args.sessions:
+        print(f"only {streaming} of {args.sessions} sessions stream", file=sys.stderr)
     await asyncio.sleep(args.warmup)
     recorder = Recorder(window)
     phases = []
@@ -154,7 +162,7 @@ def run(args: argparse.Namespace, out_dir: Path) -> list[dict]:
     from workstation.ui.main_window import MainWindow
     from workstation.ui.theme import apply_theme
 
-    deadline_s = 2 * (args.warmup + args.rounds * len(args.sizes) * (args.seconds + 4)) + 120
+    deadline_s = 120 + 2 * (args.warmup + args.rounds * len(args.sizes) * (args.seconds + 4)) + 120
     source = subprocess.Popen(
         [sys.executable, str(UI_INGEST), "--serve", "--rate", str(args.rate), "--sessions",
          str(args.sessions), "--deadline-s", str(deadline_s), "--source-hz", "0"],
@@ -180,10 +188,19 @@ def run(args: argparse.Namespace, out_dir: Path) -> list[dict]:
     finally:
         source.terminate()
         try:
-            source.communicate(timeout=10)
+            out, _ = source.communicate(timeout=10)
         except subprocess.TimeoutExpired:
             source.kill()
-            source.communicate()
+            out, _ = source.communicate()
+    samples = []
+    for text in (out or "").splitlines():
+        if text.startswith("STATS "):
+            samples = json.loads(text[6:]).get("samples") or []
+    for phase in phases:
+        t0, t1 = phase.pop("_window")
+        if len(samples) >= 2:  # what the source (another process, same cores) sent and cost
+            phase["source_sent_tok_s"] = round((_at(samples, t1, 1) - _at(samples, t0, 1)) / (t1 - t0), 1)
+            phase["source_cpu_percent"] = round(100.0 * (_at(samples, t1, 3) - _at(samples, t0, 3)) / (t1 - t0), 1)
     return phases
 
 
@@ -224,7 +241,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in dict.fromkeys(p["record"] for p in phases):
         group = [p for p in phases if p["record"] == name]
         keys = ("achieved_tok_s", "loop_lag_p50_ms", "loop_lag_p99_ms", "cpu_percent", "dropped_pct",
-                "repeated_pct", "encoder_cpu_percent", "gui_ms_per_frame_p50", "mbit_s")
+                "repeated_pct", "encoder_cpu_percent", "gui_ms_per_frame_p50", "mbit_s",
+                "source_sent_tok_s", "source_cpu_percent", "load_avg_1m")
         by_record[name] = {k: round(statistics.median(p[k] for p in group), 2)
                            for k in keys if k in group[0]}
         if "frames_written" in group[0]:

@@ -196,6 +196,18 @@ async def _serve(args: argparse.Namespace) -> None:
 # ---------------------------------------------------------------------------
 
 
+def _thread_cpu(proc) -> dict[str, float]:  # type: ignore[no-untyped-def]
+    """CPU seconds of each thread of this process, by thread name (same names summed)."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    for thread in proc.threads():
+        name = names.get(thread.id, "other")
+        out[name] = out.get(name, 0.0) + thread.user_time + thread.system_time
+    return out
+
+
 def _percentile(values: list[float], q: float) -> float:
     if not values:
         return 0.0
@@ -232,6 +244,7 @@ async def _bench(args: argparse.Namespace, window, port: int) -> dict:
     load0 = os.getloadavg()[0]
     tokens0 = sum(d.tokens_flushed for d in docs)
     cpu0 = proc.cpu_times()
+    threads0 = _thread_cpu(proc)
     gui0 = time.thread_time()  # this coroutine runs on the GUI thread, as the window's loop does
     profiler = None
     if args.profile:
@@ -247,6 +260,7 @@ async def _bench(args: argparse.Namespace, window, port: int) -> dict:
         profiler.disable()
         profiler.dump_stats(args.profile)
     cpu1 = proc.cpu_times()
+    threads1 = _thread_cpu(proc)
     tokens1 = sum(d.tokens_flushed for d in docs)
     stop.set()
     await probe
@@ -273,6 +287,10 @@ async def _bench(args: argparse.Namespace, window, port: int) -> dict:
         "gui_thread_cpu_percent": round(100.0 * gui_s / elapsed, 1),
         "app_cpu_us_per_token": round(1e6 * cpu_s / tokens, 2),
         "gui_thread_cpu_us_per_token": round(1e6 * gui_s / tokens, 2),
+        # every thread of the app by name (the stream worker is "ws-streams"), % of a core
+        "threads_cpu_percent": {name: round(100.0 * (cpu - threads0.get(name, 0.0)) / elapsed, 1)
+                                for name, cpu in sorted(threads1.items(), key=lambda kv: -kv[1])
+                                if cpu - threads0.get(name, 0.0) >= 0.005 * elapsed},
         "stream_batch_ms": window.settings.engine.stream_batch_ms,
         "rss_mb": round(proc.memory_info().rss / 1e6, 1),
         "flush_hz": window.settings.ui.flush_hz,

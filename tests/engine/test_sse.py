@@ -2,7 +2,17 @@
 
 import pytest
 
-from workstation.engine.sse import DONE, ChatDelta, Coalescer, EngineHTTPError, SseDecoder, Usage, reduce_payload
+from workstation.engine.sse import (
+    DONE,
+    ChatDelta,
+    Coalescer,
+    EngineHTTPError,
+    SseDecoder,
+    TextRun,
+    TextTemplate,
+    Usage,
+    reduce_payload,
+)
 
 EVENTS = [b'{"choices":[{"delta":{"content":"a"}}]}', b'{"choices":[{"delta":{"content":"b"}}]}', b"[DONE]"]
 STREAM = b"".join(b"data: " + e + b"\n\n" for e in EVENTS)
@@ -139,6 +149,26 @@ def test_folding_text_without_a_delta_is_the_same_as_adding_one(seed):
     assert fast.events == slow.events and fast.take() == slow.take()
 
 
+def _units(objs):
+    """Objects as the app takes them: runs of text-only chunks joined (text, chunks)."""
+    from workstation.engine.sse import plain_text
+
+    out = []
+    for obj in objs:
+        if isinstance(obj, TextRun):
+            unit = ("text", obj.text, obj.events)
+        elif isinstance(obj, dict) and plain_text(obj) is not None:
+            unit = ("text", plain_text(obj), 1)
+        else:
+            out.append(obj)
+            continue
+        if out and isinstance(out[-1], tuple):
+            out[-1] = ("text", out[-1][1] + unit[1], out[-1][2] + unit[2])
+        else:
+            out.append(unit)
+    return out
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_parsing_whole_reads_at_once_gives_what_event_by_event_parsing_gives(seed):
     import random
@@ -164,7 +194,7 @@ def test_parsing_whole_reads_at_once_gives_what_event_by_event_parsing_gives(see
             fast += 1
             got += objs
         got += [p if p == b"[DONE]" else orjson.loads(p) for p in payloads]
-    assert got == reference and decoder.pending == 0
+    assert _units(got) == _units(reference) and decoder.pending == 0
     assert fast > 0  # the one-call path was taken
 
 
@@ -173,3 +203,45 @@ def test_a_bad_payload_among_good_ones_is_left_to_event_by_event_parsing():
     raw = b"data: " + VLLM_TOKEN % b"a" + b"\n\ndata: {\"choices\":[\n\ndata: " + VLLM_TOKEN % b"b" + b"\n\n"
     objs, payloads = decoder.feed_parsed(raw)
     assert objs is None and len(payloads) == 3 and payloads[1] == b'{"choices":['
+
+
+def _event(payload: bytes) -> bytes:
+    return b"data: " + payload + b"\n\n"
+
+
+def test_a_template_is_learnt_only_from_a_text_chunk_whose_content_is_what_it_says():
+    assert TextTemplate.learn(_event(VLLM_TOKEN % b"hi")) is not None
+    for other in (b'{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}',
+                  b'{"choices":[{"index":0,"delta":{"content":"x","tool_calls":[]}}]}',
+                  b'{"choices":[{"index":1,"delta":{"content":"x"}}]}',
+                  # the content named first is not the one a parser keeps
+                  b'{"choices":[{"index":0,"delta":{"content":"x"}}],"choices":[{"delta":{"content":"y"}}]}',
+                  b'{"choices":[{"index":0,"delta":{"content":"x"}}]}junk'):
+        assert TextTemplate.learn(_event(other)) is None, other
+
+
+def test_a_template_cuts_escapes_right_and_lets_anything_else_through_whole():
+    import orjson
+
+    template = TextTemplate.learn(_event(VLLM_TOKEN % b'a\\"b'))  # content: a\"b  (escapes)
+    assert template is not None
+    texts = ['q"uote\\', "\\", "line\nbreak", "é ✓ \u2028", '"},"logprobs":null']
+    read = b"".join(_event(VLLM_TOKEN.replace(b'"%s"', orjson.dumps(t))) for t in texts)
+    assert template.match(read, read.count(b"\n")) == TextRun("".join(texts), len(texts))
+    changed = read + _event(VLLM_TOKEN.replace(b"chatcmpl-1", b"chatcmpl-2") % b"z")
+    assert template.match(changed, changed.count(b"\n")) is None
+    finish = read + _event(b'{"choices":[{"index":0,"delta":{"content":"x"},"finish_reason":"stop"}]}')
+    assert template.match(finish, finish.count(b"\n")) is None
+    empty = read + _event(VLLM_TOKEN % b"")
+    assert template.match(empty, empty.count(b"\n")) is None  # no text: not a token
+
+
+def test_once_learnt_a_stream_s_text_reads_come_as_one_run_each():
+    decoder = SseDecoder()
+    reads = [b"".join(_event(VLLM_TOKEN % t) for t in (b"a", b"b", b"c")) for _ in range(3)]
+    first, second, third = (decoder.feed_parsed(r) for r in reads)
+    assert len(first[0]) == 3 and isinstance(first[0][0], dict)  # parsed whole, shape learnt
+    assert second == ([TextRun("abc", 3)], []) and third == second
+    finish = _event(b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}') + b"data: [DONE]\n\n"
+    objs, payloads = decoder.feed_parsed(reads[0] + finish)
+    assert objs is None and len(payloads) == 5 and payloads[-1] == b"[DONE]"

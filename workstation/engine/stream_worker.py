@@ -45,6 +45,7 @@ from workstation.engine.sse import (
     EngineHTTPError,
     EngineUnreachable,
     SseDecoder,
+    TextRun,
     Usage,
     parse_payloads,
     plain_text,
@@ -169,6 +170,9 @@ class _Stream:
         if objs is not None:  # the common case: one parse for the whole read
             add_text = pending.add_text
             for obj in objs:
+                if type(obj) is TextRun:
+                    add_text(obj.text, obj.events)
+                    continue
                 text = plain_text(obj)
                 if text is not None:
                     add_text(text)
