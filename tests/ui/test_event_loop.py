@@ -50,6 +50,25 @@ def test_cancel_after_firing_leaves_newer_timers_alone(qloop) -> None:  # type: 
     run(qloop, body())
 
 
+def test_call_soon_runs_in_order_once_and_not_when_cancelled_without_asking_inspect(qloop, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import inspect
+
+    async def body() -> None:
+        asked = []
+        original = inspect.iscoroutinefunction
+        monkeypatch.setattr(inspect, "iscoroutinefunction", lambda f: asked.append(f) or original(f))
+        ran: list[int] = []
+        handles = [qloop.call_soon(ran.append, i) for i in range(50)]
+        handles[7].cancel()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        await asyncio.sleep(0.01)
+        assert ran == [i for i in range(50) if i != 7]
+        assert not [f for f in asked if getattr(f, "__self__", None) is ran]
+
+    run(qloop, body())
+
+
 def test_async_generators_are_finalized_by_the_loop(qloop) -> None:  # type: ignore[no-untyped-def]
     closed: list[str] = []
 

@@ -66,3 +66,11 @@ def test_streamed_text_moves_the_rows_up_and_repaints_only_what_changed(qtbot):
         assert _on_screen(window, view) == _drawn_whole(doc, view)
     view.follow()
     assert _on_screen(window, view) == _drawn_whole(doc, view)
+
+
+def test_a_new_font_size_is_measured_again(qtbot):
+    view = TailView(TranscriptDoc())
+    qtbot.addWidget(view)
+    row_h, cell_w = view._metrics()
+    view.set_point_size(view.font().pointSizeF() * 2)
+    assert view._metrics()[0] > row_h and view._metrics()[1] > cell_w

@@ -98,6 +98,8 @@ class TailView(QWidget):
     def changeEvent(self, event) -> None:  # noqa: N802 - Qt API
         if event.type() in (event.Type.PaletteChange, event.Type.ApplicationPaletteChange):
             self._colours = line_colours(self.palette())
+        elif event.type() is event.Type.FontChange:
+            self._metrics_key = ""  # measured again at the next paint
         super().changeEvent(event)
 
     def set_point_size(self, point_size: float) -> None:
@@ -115,7 +117,11 @@ class TailView(QWidget):
 
     # ----- painting -----
     def _metrics(self) -> tuple[int, int]:
-        """(row height, cell width) of the current font, cached per font."""
+        """(row height, cell width) of the current font, cached per font (a font change
+        clears the cache; asking the font for its key at every paint cost more than the
+        rest of an unchanged tile's refresh)."""
+        if self._metrics_key:
+            return self._metrics_cache
         key = self.font().key()
         if self._metrics_key != key:
             fm = QFontMetrics(self.font())
