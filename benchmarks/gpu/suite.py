@@ -515,7 +515,9 @@ def main() -> int:
     ap.add_argument("--budget-s", type=float, default=560.0, help="stop starting new work after this long")
     ap.add_argument("--model", default="smollm2")
     ap.add_argument("--sessions", type=int, default=32)
-    ap.add_argument("--max-steps", type=int, default=8)
+    # the demo's tasks take ~21 turns with SmolLM2; at 8 every session of the evening's H200 run
+    # stopped at the limit (8 tool calls each) before it could finish
+    ap.add_argument("--max-steps", type=int, default=24)
     ap.add_argument("--shape", help="captured shape to tune for (default: the bench part's)")
     ap.add_argument("--candidates", type=int, default=4, help="how many candidate changes (side by side)")
     ap.add_argument("--changes", help="the candidate changes to screen, by label, separated by ';' "
