@@ -41,6 +41,7 @@ from typing import Any
 BENCH = Path(__file__).resolve().parents[1]
 REPO = BENCH.parent
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # run_probe beside this file
 
 from workstation.config import load_settings  # noqa: E402
 from workstation.core.profiles import PRESETS, effective, flatten  # noqa: E402
@@ -114,45 +115,53 @@ def machine_facts(engine_version: str) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- engine_bench
-async def stream_figures(http, endpoint, *, tokens: int, repeats: int) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    eb = _load("engine_bench")
-    client = ChatClient(http, endpoint)
-    await eb._throughput(client, 1, 16)  # warm-up
-    one = [await eb._throughput(client, 1, tokens) for _ in range(repeats)]
-    sixteen = [await eb._throughput(client, 16, tokens) for _ in range(repeats)]
-    return {
-        "stream1_tok_s": round(statistics.median(r["tok_s"] for r in one), 1),
-        "stream16_tok_s": round(statistics.median(r["tok_s"] for r in sixteen), 1),
-        "stream1_runs": [round(r["tok_s"], 1) for r in one],
-        "stream16_runs": [round(r["tok_s"], 1) for r in sixteen],
-        "stream1_ttft_s": round(statistics.median(r["ttft_s"] for r in one), 4),
-        "stream16_ttft_s": round(statistics.median(r["ttft_s"] for r in sixteen), 4),
-        "tokens_per_stream": tokens, "repeats": repeats,
-    }
+def _nvml_reader():  # type: ignore[no-untyped-def]
+    from workstation.telemetry.nvml import GpuState, NvmlReader
+
+    reader = NvmlReader()
+    return reader if reader.open() is GpuState.OK else None
 
 
-async def paired_stream_figures(http, pair: dict[str, Any], *, tokens: int,  # type: ignore[no-untyped-def]
-                                repeats: int) -> dict[str, Any]:
-    """engine_bench's 1 and 16 streams on engines running side by side, the profiles taking turns
-    run by run (A B A B ...), so a drift of the machine lands on both alike. ``pair``: profile
-    name -> endpoint."""
+async def stream_figures(http, engines: dict[str, EngineLauncher], *, tokens: int,  # type: ignore[no-untyped-def]
+                         repeats: int) -> dict[str, dict[str, Any]]:
+    """engine_bench's 1 and 16 streams, ``repeats`` runs each, on every engine of ``engines``
+    (profile name -> its running launcher). With several engines up at once they take turns run
+    by run (A B A B ...), so a drift of the machine lands on all alike. Every run carries a
+    :class:`RunProbe` record (GPU clock, each process's CPU per token, the cores it ran on)."""
+    from run_probe import RunProbe
+
     eb = _load("engine_bench")
-    clients = {name: ChatClient(http, endpoint) for name, endpoint in pair.items()}
+    clients = {name: ChatClient(http, launcher.endpoint) for name, launcher in engines.items()}
     for client in clients.values():
         await eb._throughput(client, 1, 16)  # warm-up
+    reader = await asyncio.to_thread(_nvml_reader)
     runs: dict[str, dict[int, list[dict]]] = {name: {1: [], 16: []} for name in clients}
-    for streams in (1, 16):
-        for _ in range(repeats):
-            for name, client in clients.items():
-                runs[name][streams].append(await eb._throughput(client, streams, tokens))
-    out: dict[str, Any] = {}
+    try:
+        for streams in (1, 16):
+            for _ in range(repeats):
+                for name, client in clients.items():
+                    probe = RunProbe(engines[name].pid, reader=reader)
+                    probe.start()
+                    try:
+                        run = await eb._throughput(client, streams, tokens)
+                    finally:
+                        run_probe = await asyncio.to_thread(probe.stop, tokens=tokens * streams)
+                    runs[name][streams].append({**run, "probe": run_probe})
+    finally:
+        if reader is not None:
+            reader.close()
+    out: dict[str, dict[str, Any]] = {}
     for name, by in runs.items():
         out[name] = {
             "stream1_tok_s": round(statistics.median(r["tok_s"] for r in by[1]), 1),
             "stream16_tok_s": round(statistics.median(r["tok_s"] for r in by[16]), 1),
             "stream1_runs": [round(r["tok_s"], 1) for r in by[1]],
             "stream16_runs": [round(r["tok_s"], 1) for r in by[16]],
+            "stream1_ttft_s": round(statistics.median(r["ttft_s"] for r in by[1]), 4),
+            "stream16_ttft_s": round(statistics.median(r["ttft_s"] for r in by[16]), 4),
             "tokens_per_stream": tokens, "repeats": repeats,
+            "stream1_probes": [r["probe"] for r in by[1]],
+            "stream16_probes": [r["probe"] for r in by[16]],
         }
     return out
 
@@ -267,7 +276,7 @@ async def part_bench(args: argparse.Namespace, results: Results, deadline: float
             say(f"starting the engine with profile '{profile}'")
             try:
                 await launcher.start(lambda m: say(f"  {m}"))
-                figures = {**await stream_figures(http, launcher.endpoint, tokens=tokens, repeats=repeats),
+                figures = {**(await stream_figures(http, {profile: launcher}, tokens=tokens, repeats=repeats))[profile],
                            **launcher_facts(launcher)}
                 bench[profile] = figures
                 results.put("engine_bench", bench)
@@ -414,9 +423,8 @@ async def paired_bench(args: argparse.Namespace, results: Results, tuner) -> Non
         return
     tokens, repeats = (512, 7) if not args.dry_run else (32, 3)
     say("engine_bench side by side: default and vllm-defaults in turns")
-    figures = await paired_stream_figures(
-        tuner.http, {"default": base.launcher.endpoint, "vllm-defaults": ref.launcher.endpoint},
-        tokens=tokens, repeats=repeats)
+    figures: dict[str, Any] = await stream_figures(
+        tuner.http, {"default": base.launcher, "vllm-defaults": ref.launcher}, tokens=tokens, repeats=repeats)
     d, v = figures["default"], figures["vllm-defaults"]
     figures["default_vs_vllm_defaults"] = {k: round(d[k] / v[k], 3) for k in ("stream1_tok_s", "stream16_tok_s")}
     figures["method"] = ("both engines up at once with the round's memory share (KV cache "
