@@ -29,21 +29,20 @@ from workstation.core.session_state import SessionState as S
 from workstation.fleet.book import SessionBook
 from workstation.fleet.gate import GenerationGate
 from workstation.fleet.routing import Router
+from workstation.telemetry.vllm_metrics import EngineMetricsSample
 
 log = logging.getLogger(__name__)
 
 
-def load_from_sample(sample: object) -> EngineLoad:
-    """An engine's load from a scrape (``EngineMetricsSample``)."""
-    recent = getattr(sample, "ttft_recent_s", None)
+def load_from_sample(sample: EngineMetricsSample) -> EngineLoad:
+    """An engine's load from a scrape."""
+    recent = sample.ttft_recent_s
     return EngineLoad(
-        t_s=float(getattr(sample, "t_mono", 0.0)), up=bool(getattr(sample, "up", False)),
-        waiting=getattr(sample, "waiting", None), running=getattr(sample, "running", None),
-        kv_usage_pct=getattr(sample, "kv_cache_usage_pct", None),
+        t_s=sample.t_mono, up=sample.up, waiting=sample.waiting, running=sample.running,
+        kv_usage_pct=sample.kv_cache_usage_pct,
         ttft_p95_s=recent.p95 if recent is not None else None,
         ttft_count=recent.count if recent is not None else 0,
-        preemptions_total=getattr(sample, "preemptions_total", None),
-        has_metrics=bool(getattr(sample, "has_metrics", True)),
+        preemptions_total=sample.preemptions_total, has_metrics=sample.has_metrics,
     )
 
 
@@ -162,9 +161,9 @@ class Admission:
                 self.gate.set_limit(name, None)
         self._update_waiters()
 
-    def observe(self, sample: object) -> None:
-        """A scrape of an engine (``EngineMetricsSample``): steer its limit."""
-        name = str(getattr(sample, "endpoint", ""))
+    def observe(self, sample: EngineMetricsSample) -> None:
+        """A scrape of an engine: steer its limit."""
+        name = sample.endpoint
         if name not in self._router.names():
             return
         load = load_from_sample(sample)

@@ -31,6 +31,7 @@ from workstation.fleet.book import SessionBook
 from workstation.fleet.gate import GenerationGate
 from workstation.fleet.routing import Router
 from workstation.fleet.store import Store
+from workstation.telemetry.vllm_metrics import EngineMetricsSample
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +60,12 @@ class Failover:
         self._failed_scrapes: dict[str, int] = {}
 
     # ----- detection -----
-    def observe(self, sample: object) -> None:
+    def observe(self, sample: EngineMetricsSample) -> None:
         """A scrape of an endpoint: two failures in a row mark it down; one success, up."""
-        name = str(getattr(sample, "endpoint", ""))
+        name = sample.endpoint
         if name not in self._router.names():
             return
-        if getattr(sample, "up", False):
+        if sample.up:
             self._failed_scrapes.pop(name, None)
             return
         count = self._failed_scrapes[name] = self._failed_scrapes.get(name, 0) + 1

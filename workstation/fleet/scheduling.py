@@ -24,6 +24,7 @@ from workstation.fleet.costs import SessionCosts
 from workstation.fleet.failover import Failover
 from workstation.fleet.session import SessionRecord
 from workstation.fleet.stats import SessionStats
+from workstation.telemetry.vllm_metrics import EngineMetricsSample
 
 
 class SessionScheduling:
@@ -39,9 +40,9 @@ class SessionScheduling:
         self._emit = emit
         self._resume = resume
 
-    def observe_engine(self, sample: object) -> None:
-        """A scrape of an engine's ``/metrics`` (``EngineMetricsSample``, from the shared
-        scrapers): adaptive admission steers by it, a failing engine is drained."""
+    def observe_engine(self, sample: EngineMetricsSample) -> None:
+        """A scrape of an engine's ``/metrics`` (from the shared scrapers): adaptive admission
+        steers by it, a failing engine is drained."""
         self._admission.observe(sample)
         self._failover.observe(sample)
 
