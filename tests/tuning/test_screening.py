@@ -86,3 +86,30 @@ def test_side_by_side_without_a_gpu_is_refused_in_words(monkeypatch, capsys):
     assert cli.main(["tune", "--side-by-side", "2", "--reference", "vllm-defaults"]) != 0
     err = capsys.readouterr().err
     assert "--side-by-side needs a GPU" in err and "leave --side-by-side out" in err
+
+
+@pytest.mark.engine
+def test_side_by_side_gives_the_trial_engines_the_users_env_and_sizes_by_the_gpu_it_names(monkeypatch, capsys):
+    from workstation import cli
+    from workstation.core.errors import UserError
+    from workstation.core.engine_sizing import GpuMemory
+    from workstation.engine import gpu_memory
+    from workstation.services import Services
+
+    gib = 1 << 30
+    gpus = [GpuMemory(0, "GPU zero", 80 * gib, 2 * gib), GpuMemory(1, "GPU one", 141 * gib, 140 * gib)]
+    monkeypatch.setattr(gpu_memory, "read_gpu_memory", lambda *a, **k: list(gpus))
+    seen = {}
+
+    def screening_tuner(self, *args, **kw):  # type: ignore[no-untyped-def]
+        seen.update(kw)
+        raise UserError("stopped by the test before any engine starts")
+
+    monkeypatch.setattr(Services, "screening_tuner", screening_tuner)
+    argv = ["tune", "--side-by-side", "2", "--reference", "vllm-defaults",
+            "--env", "CUDA_VISIBLE_DEVICES=1", "--env", "VLLM_LOGGING_LEVEL=DEBUG"]
+    assert cli.main(argv) != 0
+    assert seen["env"] == {"CUDA_VISIBLE_DEVICES": "1", "VLLM_LOGGING_LEVEL": "DEBUG"}
+    assert [g.index for g in seen["gpu_memory"]()] == [1]  # GPU 0 is nearly full; the round fits on 1
+    assert cli.main(["tune", "--side-by-side", "2", "--env", "CUDA_VISIBLE_DEVICES=7"]) != 0
+    assert "CUDA_VISIBLE_DEVICES=7" in capsys.readouterr().err

@@ -407,7 +407,7 @@ async def _spare_gpu_env() -> dict[str, str]:
 
 
 async def _tune_side_by_side(args, store, settings, engine, model, baseline, traits, help_flags, cands,  # type: ignore[no-untyped-def]
-                             workload, shape, slo) -> int:
+                             workload, shape, slo, env: dict[str, str]) -> int:
     from workstation.engine.gpu_memory import read_gpu_memory
     from workstation.services import Services
     from workstation.tuning.screening import SideBySide
@@ -416,6 +416,14 @@ async def _tune_side_by_side(args, store, settings, engine, model, baseline, tra
     if not gpus:
         raise UserError("--side-by-side needs a GPU (each engine takes its own share of it)",
                         hint="on this machine tune one change after another (leave --side-by-side out)")
+    visible = env.get("CUDA_VISIBLE_DEVICES", "").strip()
+    if visible:
+        # the engines see one GPU of the machine's: size the round by that one's memory
+        chosen = [g for g in gpus if str(g.index) == visible]
+        if not chosen:
+            raise UserError(f"CUDA_VISIBLE_DEVICES={visible}: side by side needs one GPU by its index, one of "
+                            + ", ".join(str(g.index) for g in gpus))
+        gpus = chosen
     references = [store.resolve(name, platform=engine.platform)[0] for name in args.reference]
     kv_gib = args.kv_cache_gib or 8.0
     try:
@@ -429,7 +437,7 @@ async def _tune_side_by_side(args, store, settings, engine, model, baseline, tra
         tuner = services.screening_tuner(settings, engine, model, baseline, traits=traits, help_flags=help_flags,
                                          candidates=cands, side=side, references=references, repeats=args.repeats,
                                          store=store, slo=slo, log_dir=store.runs_dir / run_name,
-                                         gpu_memory=lambda: gpus, sessions=workload.concurrency)
+                                         gpu_memory=lambda: gpus, sessions=workload.concurrency, env=env)
         tuner.progress.connect(_say)
         screening = await tuner.run(workload, shape, name=shape.name if shape else "workload")
     for line in screening.report.table():
@@ -457,12 +465,12 @@ def _tune(args: argparse.Namespace) -> int:
                                kv_cache_gib=args.kv_cache_gib)
         tsettings, engine, model, baseline = plan.trial_settings, plan.engine, plan.model, plan.baseline
         traits, help_flags, cands = plan.traits, plan.help_flags, plan.candidates
-        if args.side_by_side:
-            return await _tune_side_by_side(args, store, tsettings, engine, model, baseline, traits, help_flags,
-                                            cands[: args.side_by_side], workload, shape, slo)
         env = _env_pairs(args.env)
         if args.spare_gpu:
             env.update(await _spare_gpu_env())
+        if args.side_by_side:
+            return await _tune_side_by_side(args, store, tsettings, engine, model, baseline, traits, help_flags,
+                                            cands[: args.side_by_side], workload, shape, slo, env)
         run_name = f"tune-{time.strftime('%Y%m%d-%H%M%S')}"
         _say(plan.describe(workload, args.budget_s, args.repeats))
         _say(f"candidates: {', '.join(c.change for c in cands)}")
