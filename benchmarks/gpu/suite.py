@@ -509,6 +509,10 @@ def copy_out(results: Results, out: Path | None, settings_logs: Path) -> None:
         return
     out.mkdir(parents=True, exist_ok=True)
     results.save()
+    # the engine's `vllm serve --help=all` as the tuner read it: the CUDA build's options, to
+    # check the CUDA profiles against on a machine without that build
+    for help_text in sorted(load_settings().cache_dir.glob("vllm-serve-help-*.txt")):
+        (out / help_text.name).write_text(help_text.read_text())
     tails = []
     for log in sorted(settings_logs.glob("gpu-*/**/engine.log")) + sorted(settings_logs.glob("gpu-*/engine.log")):
         lines = log.read_text(errors="replace").splitlines()[-60:]
