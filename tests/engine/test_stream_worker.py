@@ -222,3 +222,16 @@ async def test_the_first_token_is_read_as_it_comes_so_time_to_first_token_stays_
         assert records[0].ttft_s is not None and records[0].ttft_s < 0.4, records[0].ttft_s
     finally:
         worker.close()
+
+
+async def test_streams_read_into_one_shared_buffer_keep_their_own_text():
+    texts = ["".join(f"{k}{i:04d} " for i in range(400)) for k in "abcdefgh"]
+    worker = StreamWorker(batch_s=0.02)
+    try:
+        async with make_http_client() as http, ScriptedServer([Reply(text=t, chunk_chars=3, delay_s=0.0003)
+                                                                for t in texts]) as server:
+            client = ChatClient(http, server.endpoint, streams=worker)
+            got = await asyncio.gather(*(_collect(client) for _ in texts))
+        assert sorted(g[0] for g in got) == sorted(texts)
+    finally:
+        worker.close()

@@ -59,6 +59,7 @@ CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 120.0
 MAX_PENDING_BATCHES = 64
 MAX_IDLE_PER_HOST = 256
+READ_BUFFER_BYTES = 256 * 1024
 
 
 @dataclass(slots=True)
@@ -276,8 +277,13 @@ def _unreachable(message: str) -> BaseException:
     return EngineUnreachable(message)
 
 
-class _Connection(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection; at most one stream on it at a time."""
+class _Connection(asyncio.BufferedProtocol):
+    """One keep-alive HTTP/1.1 connection; at most one stream on it at a time.
+
+    Read into the worker's one buffer (``recv_into``): a plain ``Protocol`` gets a new
+    256 KiB ``bytes`` per read, which the allocator maps and unmaps each time — measured,
+    26 us of a paced read's ~45. The buffer can be shared: every read is parsed (bodies
+    copied out by the parser) before the next one starts, on the worker's one thread."""
 
     def __init__(self, worker: StreamWorker, key: tuple[str, int]) -> None:
         self.worker, self.key = worker, key
@@ -303,7 +309,13 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.worker.read_buffer
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.data_received(self.worker.read_buffer[:nbytes])
+
+    def data_received(self, data: bytes | memoryview) -> None:
         if self.parser is None:
             return
         try:
@@ -396,6 +408,8 @@ class StreamWorker:
         self._closed = False
         self._started = False
         self._lock = threading.Lock()
+        self.read_buffer = memoryview(bytearray(READ_BUFFER_BYTES))
+        """Where every connection's reads land (see :class:`_Connection`)."""
 
     # ----- life cycle -----
     def _ensure_started(self) -> None:
