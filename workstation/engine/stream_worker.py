@@ -4,7 +4,8 @@ Why: on the GUI thread every SSE event of every stream cost ~20 us through ``htt
 ``httpx-sse`` (128 panes at 50,000 tok/s took a whole core); a DGX serves twice that. Here a
 thread with its own event loop owns the streams' sockets:
 
-- **Lean reading.** An ``asyncio.Protocol`` per connection feeds ``httptools`` (llhttp, the
+- **Lean reading.** An ``asyncio.BufferedProtocol`` per connection
+  (:mod:`~workstation.engine.stream_connection`) feeds ``httptools`` (llhttp, the
   parser uvicorn uses) and the body bytes go straight to :class:`~workstation.engine.sse.SseDecoder`
   and ``orjson``. Once a stream's first token is in, its socket is read once per tick
   (:meth:`StreamWorker.pace`): the events of a tick are one ``recv``, one JSON parse, and
@@ -36,8 +37,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-import httptools
-
 from workstation.engine.sse import (
     DONE,
     ChatDelta,
@@ -52,6 +51,7 @@ from workstation.engine.sse import (
     reduce_object,
     reduce_payload,
 )
+from workstation.engine.stream_connection import READ_BUFFER_BYTES, _Connection
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,6 @@ CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 120.0
 MAX_PENDING_BATCHES = 64
 MAX_IDLE_PER_HOST = 256
-READ_BUFFER_BYTES = 256 * 1024
 
 
 @dataclass(slots=True)
@@ -275,119 +274,6 @@ class _Stream:
 
 def _unreachable(message: str) -> BaseException:
     return EngineUnreachable(message)
-
-
-class _Connection(asyncio.BufferedProtocol):
-    """One keep-alive HTTP/1.1 connection; at most one stream on it at a time.
-
-    Read into the worker's one buffer (``recv_into``): a plain ``Protocol`` gets a new
-    256 KiB ``bytes`` per read, which the allocator maps and unmaps each time — measured,
-    26 us of a paced read's ~45. The buffer can be shared: every read is parsed (bodies
-    copied out by the parser) before the next one starts, on the worker's one thread."""
-
-    def __init__(self, worker: StreamWorker, key: tuple[str, int]) -> None:
-        self.worker, self.key = worker, key
-        self.transport: asyncio.Transport | None = None
-        self.stream: _Stream | None = None
-        self.parser: httptools.HttpResponseParser | None = None
-        self.content_type = b""
-        self.reused = False
-        self.closed = False
-        self.paced = False
-        """Reading stopped until the worker's next tick (see :meth:`StreamWorker.pace`)."""
-        self._body: list[bytes] = []
-
-    def start(self, stream: _Stream) -> None:
-        self.stream = stream
-        stream.conn = self
-        self.content_type = b""
-        self.parser = httptools.HttpResponseParser(self)
-        assert self.transport is not None
-        self.transport.write(stream.request)
-
-    # asyncio.Protocol
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def get_buffer(self, sizehint: int) -> memoryview:
-        return self.worker.read_buffer
-
-    def buffer_updated(self, nbytes: int) -> None:
-        self.data_received(self.worker.read_buffer[:nbytes])
-
-    def data_received(self, data: bytes | memoryview) -> None:
-        if self.parser is None:
-            return
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            pass
-        except httptools.HttpParserError as exc:
-            self._deliver_body()
-            if self.stream is not None:
-                self.stream.fail(EngineHTTPError(f"malformed HTTP response from the engine: {exc}"))
-            self.close()
-            return
-        self._deliver_body()
-        stream = self.stream
-        if stream is not None and stream.result.first_s is not None and not self.closed:
-            self.worker.pace(self)
-
-    def _deliver_body(self) -> None:
-        """Hand the stream every HTTP chunk this read brought, joined: one decode per read."""
-        body = self._body
-        if body:
-            self._body = []
-            if self.stream is not None:
-                self.stream.on_body(body[0] if len(body) == 1 else b"".join(body))
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.worker.forget(self)
-        stream, self.stream = self.stream, None
-        if stream is not None:
-            stream.on_lost(exc)
-
-    def pause(self) -> None:
-        if self.transport is not None and not self.closed:
-            self.transport.pause_reading()
-
-    def resume(self) -> None:
-        self.paced = False
-        if self.transport is not None and not self.closed:
-            self.transport.resume_reading()
-
-    def close(self) -> None:
-        self.closed = True
-        stream, self.stream = self.stream, None
-        if stream is not None:
-            stream.conn = None
-        if self.transport is not None:
-            self.transport.abort()
-
-    # httptools callbacks
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() == b"content-type":
-            self.content_type = value
-
-    def on_headers_complete(self) -> None:
-        if self.stream is not None and self.parser is not None:
-            self.stream.on_headers(self.parser.get_status_code(), self.content_type)
-
-    def on_body(self, body: bytes) -> None:
-        self._body.append(body)
-
-    def on_message_complete(self) -> None:
-        self._deliver_body()
-        stream, self.stream = self.stream, None
-        keep = self.parser is not None and self.parser.should_keep_alive()
-        if stream is not None:
-            stream.conn = None
-            stream.on_complete()
-        if keep and not self.closed:
-            self.worker.park(self)
-        else:
-            self.close()
 
 
 class StreamWorker:
