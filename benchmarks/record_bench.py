@@ -1,4 +1,4 @@
-"""What real-time recording costs while the real window streams 32 sessions.
+"""What real-time recording costs while the real window streams many sessions.
 
 The window, the client path and the token source are those of ``ui_ingest.py``: a token
 source in its own process streams chat completions in vLLM's SSE format at a set aggregate
@@ -10,6 +10,10 @@ for recording phases also frames written / fresh / repeated / dropped, the encod
 thread's CPU, the GUI-thread cost per frame (grab + caption + hand-over) and file size.
 
     python benchmarks/record_bench.py --sessions 32 --rate 12000 --seconds 20
+    python benchmarks/record_bench.py --sessions 128 --rate 100000 --seconds 60 --sizes none,1920x1080
+
+Phases start once every session streams. Each phase also has the load average and what the
+token source (another process on the same cores) sent and cost over it.
 
 Prints a short table, then ONE JSON line. The videos are kept with ``--keep DIR``.
 """

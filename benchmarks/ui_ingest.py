@@ -4,7 +4,8 @@ A token source runs in a separate process: a real HTTP server on 127.0.0.1 that
 streams chat completions in vLLM's SSE format, one token per event, at a set
 aggregate rate spread over N streams. The app side is the real path: N fleet sessions
 made by the app's service factory, each a real agent whose model turn streams through the
-shared ``httpx`` client, the fleet's events and the bridge into the real
+app's stream worker (``engine.stream_batch_ms``; 0: the shared ``httpx`` client on the loop),
+the fleet's events and the bridge into the real
 :class:`MainWindow` at 1920×1080 (offscreen), on the qasync loop the app runs on.
 
 The measuring window opens once every session streams (``ramp_s``: admission, worktrees and
@@ -16,8 +17,9 @@ the flush tick). Loop lag is how late a 20 ms asyncio sleep wakes up; ``loop_lag
 part the GUI thread itself was busy (CPU time in the late interval), so lag from other
 processes on a shared machine can be told apart. CPU % is the
 app process only (the source has its own); ``gui_thread_cpu_percent`` the GUI thread alone
-(the stream worker's thread reads the sockets beside it); ``app_cpu_us_per_token`` the whole
-app process's CPU per token that reached a pane. Saves a final screen grab.
+(the stream worker's thread reads the sockets beside it); ``threads_cpu_percent`` every
+thread by name ("ws-streams" is the worker); ``app_cpu_us_per_token`` the whole app
+process's CPU per token that reached a pane. Saves a final screen grab (``--grab``).
 
     python benchmarks/ui_ingest.py --sessions 32 --rate 12000 --seconds 60
 
