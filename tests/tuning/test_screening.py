@@ -113,3 +113,27 @@ def test_side_by_side_gives_the_trial_engines_the_users_env_and_sizes_by_the_gpu
     assert [g.index for g in seen["gpu_memory"]()] == [1]  # GPU 0 is nearly full; the round fits on 1
     assert cli.main(["tune", "--side-by-side", "2", "--env", "CUDA_VISIBLE_DEVICES=7"]) != 0
     assert "CUDA_VISIBLE_DEVICES=7" in capsys.readouterr().err
+
+
+async def test_every_repeat_replays_the_same_work_and_the_order_turns(tmp_path, monkeypatch):
+    from workstation.tuning import screening
+
+    tuner = _tuner(tmp_path)
+    seen: list[tuple[str, int, float]] = []
+
+    async def run_workload(http, endpoint, workload, context, **kw):  # type: ignore[no-untyped-def]
+        seen.append((endpoint, workload.seed, workload.warmup_s))
+        return _result(1000.0, 100.0)
+
+    monkeypatch.setattr(screening, "run_workload", run_workload)
+
+    class _Launcher:
+        def __init__(self, name: str) -> None:
+            self.endpoint = name
+
+    trials = [Trial(name, Profile(name, ""), launcher=_Launcher(name)) for name in ("a", "b", "c")]  # type: ignore[arg-type]
+    w = Workload(kind="synthetic", concurrency=4, input_len=64, output_len=64, seed=7, warmup_s=4.0)
+    measured = await tuner._measure(trials, w, None)
+    assert [e for e, _, _ in seen] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+    assert {(seed, warmup) for _, seed, warmup in seen} == {(7, 4.0)}
+    assert [len(m.runs) for m in measured] == [3, 3, 3] and [m.trial.label for m in measured] == ["a", "b", "c"]

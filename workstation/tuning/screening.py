@@ -255,12 +255,17 @@ class ScreeningTuner:
         an engine's repeats is then what measuring the same work again gives, which is the noise
         a change has to clear. With a new seed per repeat the spread also held how the requests
         happened to fall into the window (measured on an H200 with the agent shape: every engine's
-        second repeat low together), and the noise bar rose to 2 x 12 %."""
+        second repeat low together), and the noise bar rose to 2 x 12 %.
+
+        The order turns with each repeat (repeat *r* starts at engine *r*): no engine always
+        runs first after a pause or last in a round (in the evening's H200 rounds the reference
+        ran last in every repeat, so a drift within a round would have landed on it alone)."""
         hardware = describe_hardware()
         out = [Measured(t) for t in trials]
         for i in range(self.repeats):
             w = workload
-            for m in out:
+            shift = i % len(out) if out else 0
+            for m in out[shift:] + out[:shift]:
                 t = m.trial
                 if t.launcher is None:
                     continue
