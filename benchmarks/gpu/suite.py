@@ -126,7 +126,8 @@ async def stream_figures(http, engines: dict[str, EngineLauncher], *, tokens: in
                          repeats: int) -> dict[str, dict[str, Any]]:
     """engine_bench's 1 and 16 streams, ``repeats`` runs each, on every engine of ``engines``
     (profile name -> its running launcher). With several engines up at once they take turns run
-    by run (A B A B ...), so a drift of the machine lands on all alike. Every run carries a
+    by run, the order turning each repeat (A B, B A, ...), so a drift of the machine lands on
+    all alike. Every run carries a
     :class:`RunProbe` record (GPU clock, each process's CPU per token, the cores it ran on)."""
     from run_probe import RunProbe
 
@@ -137,9 +138,11 @@ async def stream_figures(http, engines: dict[str, EngineLauncher], *, tokens: in
     reader = await asyncio.to_thread(_nvml_reader)
     runs: dict[str, dict[int, list[dict]]] = {name: {1: [], 16: []} for name in clients}
     try:
+        names = list(clients)
         for streams in (1, 16):
-            for _ in range(repeats):
-                for name, client in clients.items():
+            for r in range(repeats):
+                for name in names[r % len(names):] + names[:r % len(names)]:  # A B, B A, ...
+                    client = clients[name]
                     probe = RunProbe(engines[name].pid, reader=reader)
                     probe.start()
                     try:
