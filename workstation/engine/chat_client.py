@@ -33,7 +33,9 @@ from workstation.engine.sse import (
     EngineUnreachable,
     SseDecoder,
     Usage,
+    not_streaming_error,
     reduce_payload,
+    status_error,
 )
 from workstation.engine.stream_worker import StreamWorker
 
@@ -140,10 +142,7 @@ class ChatClient:
                     raise _status_error(response)
                 ctype = response.headers.get("content-type", "")
                 if "text/event-stream" not in ctype:
-                    raise EngineHTTPError(
-                        f"engine did not stream (content-type {ctype or 'missing'})",
-                        status=response.status_code,
-                    )
+                    raise not_streaming_error(response.status_code, ctype)
                 decoder = SseDecoder()
                 chunks = response.aiter_raw()
                 async for chunk in chunks:
@@ -241,12 +240,4 @@ class ChatClient:
 
 
 def _status_error(response: httpx.Response) -> EngineHTTPError:
-    text = response.text[:300]
-    try:
-        err = response.json().get("error", {})
-        text = err.get("message", text) if isinstance(err, dict) else str(err)
-    except ValueError:
-        pass
-    status = response.status_code
-    retryable = status in (429, 500, 502, 503, 504)
-    return EngineHTTPError(f"engine answered HTTP {status}: {text}", status=status, retryable=retryable)
+    return status_error(response.status_code, response.content)

@@ -70,6 +70,26 @@ class EngineUnreachable(UserError):
     """Nothing answers at the endpoint (engine stopped, crashed or hung)."""
 
 
+RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+def status_error(status: int, body: bytes) -> EngineHTTPError:
+    """An engine's non-200 answer as the error both byte sources raise: its own message where
+    the body is vLLM's JSON error, else the body's start."""
+    text = body.decode("utf-8", "replace")[:300]
+    try:
+        err = orjson.loads(body).get("error", {})
+        text = err.get("message", text) if isinstance(err, dict) else str(err)
+    except ValueError:
+        pass
+    return EngineHTTPError(f"engine answered HTTP {status}: {text}", status=status,
+                           retryable=status in RETRYABLE_STATUS)
+
+
+def not_streaming_error(status: int | None, content_type: str) -> EngineHTTPError:
+    return EngineHTTPError(f"engine did not stream (content-type {content_type or 'missing'})", status=status)
+
+
 class SseDecoder:
     """Bytes in, complete events' ``data`` payloads out (as bytes, lines joined with ``\\n``).
 

@@ -46,10 +46,12 @@ from workstation.engine.sse import (
     SseDecoder,
     TextRun,
     Usage,
+    not_streaming_error,
     parse_payloads,
     plain_text,
     reduce_object,
     reduce_payload,
+    status_error,
 )
 from workstation.engine.stream_connection import READ_BUFFER_BYTES, _Connection
 
@@ -214,18 +216,9 @@ class _Stream:
         if self.finished:
             return
         if self.status != 200:
-            text = bytes(self.error_body).decode("utf-8", "replace")[:300]
-            with contextlib.suppress(ValueError):
-                import orjson
-
-                err = orjson.loads(self.error_body).get("error", {})
-                text = err.get("message", text) if isinstance(err, dict) else str(err)
-            status = self.status or 0
-            self.fail(EngineHTTPError(f"engine answered HTTP {status}: {text}", status=status,
-                                      retryable=status in (429, 500, 502, 503, 504)))
+            self.fail(status_error(self.status or 0, bytes(self.error_body)))
         elif b"text/event-stream" not in self.content_type:
-            ctype = self.content_type.decode() or "missing"
-            self.fail(EngineHTTPError(f"engine did not stream (content-type {ctype})", status=self.status))
+            self.fail(not_streaming_error(self.status, self.content_type.decode()))
         else:
             self.finish()  # the body ended without [DONE]: what came is what there is
 

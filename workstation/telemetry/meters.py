@@ -157,10 +157,10 @@ class Meters:
         self._tick_task: asyncio.Task[None] | None = None
         self._started = False
         self._engine_rates: dict[str, float | None] = {}
+        """Each endpoint's generation rate from its last /metrics sample (absent: no metrics)."""
         self.rate: float | None = None
         """:attr:`tokens_per_s` as the last tick published it: what every view shows until the
         next (reading the property between two ticks could show another number)."""
-        """Each endpoint's generation rate from its last /metrics sample (absent: no metrics)."""
 
     @classmethod
     def from_settings(cls, settings: Settings, http: httpx.AsyncClient, **kwargs: Any) -> Meters:

@@ -28,10 +28,9 @@ from workstation.agent.transcript import render_line
 from workstation.core import agent_events as ev
 from workstation.core.approvals import ApprovalRequest
 from workstation.core import fleet_events as fe
-from workstation.core.session_state import RESUMED_AFTER_RESTART
+from workstation.core.session_state import RESUMED_AFTER_RESTART, SessionState
 from workstation.fleet.service import Fleet
 from workstation.ui.backend import SessionView
-from workstation.core.session_state import SessionState
 from workstation.ui.panes.session_pane import PaneInfo, money
 from workstation.ui.panes.transcript_doc import Line, LineStyle, TranscriptDoc
 
@@ -94,9 +93,9 @@ class FleetBridge(QObject):
     session_archived = Signal(str, str)
     """(session id, why): it left the grid for the archive."""
     session_unarchived = Signal(str)
+    """It came back from the archive: its pane is new, its history still to load."""
     endpoint_moved = Signal(object)
     """``SessionsMovedEndpoint``: sessions wait until a person says they go on elsewhere."""
-    """It came back from the archive: its pane is new, its history still to load."""
     approval_requested = Signal(str, object)
     """(session id, ``ApprovalRequested``)."""
     approval_resolved = Signal(str, object)
@@ -239,17 +238,13 @@ class FleetBridge(QObject):
             if event.cost_usd is not None and event.api_model:
                 window.cost_label.setText(f"· {money(event.cost_usd)} at {event.api_model.rsplit('/', 1)[-1]} prices")
         elif isinstance(event, fe.SessionSettingsChanged):
-            info = window.session_info(event.summary.session_id)
-            if info is not None:
-                window.update_session(replace(info, background=event.summary.background))
+            self._update_info(event.summary.session_id, background=event.summary.background)
         elif isinstance(event, fe.SessionMoved):
             info = window.session_info(event.session_id)
             name = info.name if info is not None else event.session_id
             self.message.emit(f"{name} moved from engine {event.from_endpoint} to {event.to_endpoint}")
         elif isinstance(event, fe.SessionRemoved):
-            self._last_seq.pop(event.session_id, None)
-            self._docs.pop(event.session_id, None)
-            window.remove_session(event.session_id)
+            self._drop_pane(event.session_id)
             self.session_removed.emit(event.session_id)
         elif isinstance(event, fe.SessionArchived):
             self._archived(event)
@@ -287,9 +282,7 @@ class FleetBridge(QObject):
             info = self.window.session_info(event.session_id)
             if info is None:
                 return
-            self._last_seq.pop(event.session_id, None)
-            self._docs.pop(event.session_id, None)
-            self.window.remove_session(event.session_id)
+            self._drop_pane(event.session_id)
             self.message.emit(f"{info.name} went to the archive: {event.note}")
             self.session_archived.emit(event.session_id, event.note)
             return
@@ -463,6 +456,12 @@ class FleetBridge(QObject):
         line.detail = f"{line.detail}\n— result —\n{result}" if result else line.detail
         if event.status in ("error", "denied"):
             line.style = LineStyle.ERROR if event.status == "error" else LineStyle.NOTICE
+
+    def _drop_pane(self, session_id: str) -> None:
+        """The session's pane goes, with what the bridge kept for it."""
+        self._last_seq.pop(session_id, None)
+        self._docs.pop(session_id, None)
+        self.window.remove_session(session_id)
 
     def _update_info(self, session_id: str, **fields: Any) -> None:
         """Change what a session's header shows (through the window, never the pane)."""

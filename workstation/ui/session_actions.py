@@ -82,7 +82,6 @@ def session_menu(tools: SessionTools, parent: QWidget | None = None) -> QMenu:
     if tools.setup_command:
         add(f"Run setup again ({tools.setup_command})", "setup", not tools.working)
     menu.addSeparator()
-    menu.addSeparator()
     if tools.background:
         add("Back to the foreground", "foreground")
     else:

@@ -122,12 +122,10 @@ class TailView(QWidget):
         rest of an unchanged tile's refresh)."""
         if self._metrics_key:
             return self._metrics_cache
-        key = self.font().key()
-        if self._metrics_key != key:
-            fm = QFontMetrics(self.font())
-            self._metrics_cache = (fm.lineSpacing(), max(1, fm.horizontalAdvance("M")))
-            self._metrics_key = key
-            self._statics = {}
+        fm = QFontMetrics(self.font())
+        self._metrics_cache = (fm.lineSpacing(), max(1, fm.horizontalAdvance("M")))
+        self._metrics_key = self.font().key()
+        self._statics = {}
         return self._metrics_cache
 
     def _layout(self) -> list[Row]:
