@@ -40,10 +40,6 @@ class Priority(IntEnum):
     BACKGROUND = 2
     """Marked background by the user: it lets others go first (but never starves)."""
 
-    @property
-    def label(self) -> str:
-        return self.name.lower()
-
 
 LEAD = 256
 """A foreground request goes ahead of up to this many waiting requests."""
@@ -107,16 +103,13 @@ class AdmissionQueue(Generic[K]):
         wait = self._waiting.get(key)
         return wait.group if wait is not None else None
 
-    def priority_of(self, key: K) -> Priority | None:
-        wait = self._waiting.get(key)
-        return wait.priority if wait is not None else None
-
     def ahead_of(self, key: K) -> int:
         """Waiters of the same group that go before ``key`` (0 when it is next or not waiting)."""
         wait = self._waiting.get(key)
         if wait is None:
             return 0
-        return sum(1 for k, w in self._ordered() if w.group == wait.group and (w.ticket, w.arrival) < (wait.ticket, wait.arrival))
+        mine = (wait.ticket, wait.arrival)
+        return sum(1 for w in self._waiting.values() if w.group == wait.group and (w.ticket, w.arrival) < mine)
 
     def blocked_by(self, key: K) -> str | None:
         """Why a waiter is not admitted now: ``"cap"`` (the fleet's cap is reached),

@@ -162,10 +162,6 @@ class AdaptiveLimit:
         self._preemptions: float | None = None
         self.last = LimitDecision(self.limit, Verdict.BLIND, "")
 
-    @property
-    def ceiling(self) -> int:
-        return self._ceiling
-
     def set_ceiling(self, ceiling: int) -> int:
         self._ceiling = max(1, ceiling)
         self.limit = self._clamp(self.limit)

@@ -69,7 +69,6 @@ class Admission:
         self.target = target or AdmissionTarget()
         self._limits: dict[str, AdaptiveLimit] = {}
         self._decisions: dict[str, LimitDecision] = {}
-        self._loads: dict[str, EngineLoad] = {}
         self._focus: str | None = None
         self._boosted: set[str] = set()
         self._shown: dict[str, str] = {}
@@ -82,13 +81,6 @@ class Admission:
     @property
     def cap(self) -> int:
         return self.gate.cap
-
-    def load_of(self, endpoint: str) -> EngineLoad | None:
-        """The engine's last reading (None before the first)."""
-        return self._loads.get(endpoint)
-
-    def decision(self, endpoint: str) -> LimitDecision | None:
-        return self._decisions.get(endpoint)
 
     def limit_of(self, endpoint: str) -> int:
         """How many sessions may generate on the engine now (the cap where nothing else holds)."""
@@ -149,25 +141,12 @@ class Admission:
             limit.set_ceiling(cap)
             self._apply(name)
 
-    def set_adaptive(self, adaptive: bool, target: AdmissionTarget | None = None) -> None:
-        """Adaptive admission on or off (off: the fixed cap alone), and the target."""
-        self.adaptive = adaptive
-        if target is not None and target != self.target:
-            self.target = target
-            self._limits.clear()
-        if not adaptive:
-            for name in list(self._decisions):
-                self._decisions.pop(name)
-                self.gate.set_limit(name, None)
-        self._update_waiters()
-
     def observe(self, sample: EngineMetricsSample) -> None:
         """A scrape of an engine: steer its limit."""
         name = sample.endpoint
         if name not in self._router.names():
             return
         load = load_from_sample(sample)
-        self._loads[name] = load
         self._router.set_kv(name, load.kv_usage_pct if load.up else None)
         if not self.adaptive:
             return

@@ -80,10 +80,6 @@ class GenerationGate:
         """A waiter's priority may have changed (focus, an answer, the background mark)."""
         self._wake(self._queue.reprioritize(session_id, self._priority_of(session_id)))
 
-    def regroup(self, session_id: str) -> None:
-        """A waiter's session moved to another engine."""
-        self._wake(self._queue.regroup(session_id, self._group_of(session_id)))
-
     def refuse(self, session_id: str, reason: SlotRefused) -> bool:
         """Wake a waiter with ``reason`` instead of a slot; False when it does not wait."""
         fut = self._waiters.pop(session_id, None)

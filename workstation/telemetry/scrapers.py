@@ -38,10 +38,6 @@ class ScraperSet:
     def started(self) -> bool:
         return self._started
 
-    def latest(self, name: str) -> EngineMetricsSample | None:
-        scraper = self.scrapers.get(name)
-        return scraper.latest if scraper is not None else None
-
     def add(self, endpoint: Endpoint) -> MetricsScraper:
         """Scrape ``endpoint`` (one of that name already scraped is pointed at it instead)."""
         scraper = self.scrapers.get(endpoint.name)
