@@ -8,7 +8,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, Qt
+from PySide6.QtWidgets import QApplication
 
 from tests.ui.conftest import FleetUI
 from workstation.core.session_state import SessionState as S
@@ -210,6 +211,35 @@ def test_the_pane_menu_renames_archives_brings_back_and_removes(qtbot, fleet_ui:
         await ui.wait(lambda: sid not in window.panes)
         await ui.wait(lambda: not worktree.exists())
         assert branch not in _git(ui.repo, "branch", "--list", branch)
+
+    ui.play(body)
+
+
+def test_a_session_removed_from_the_archive_leaves_its_list(qtbot, fleet_ui: FleetUI) -> None:  # type: ignore[no-untyped-def]
+    ui = fleet_ui
+
+    async def body() -> None:
+        import asyncio
+
+        sid = await _done_session(ui)
+        window = ui.window
+        worktree = Path(ui.fleet.record(sid).worktree_path)
+        _menu_action(ui, sid, "archive").trigger()
+        await ui.wait(lambda: sid not in window.panes)
+        archive = window.session_actions.open_archive()
+        assert archive.list.count() == 1 and archive.empty.isHidden()
+        archive.list.setCurrentRow(0)
+        _click(qtbot, archive.remove_button)
+        _click(qtbot, window.confirmations.dialog.confirm_button)
+        await ui.wait(lambda: not worktree.exists())
+        # the row goes with the session; nothing is left to select or remove twice
+        await ui.wait(lambda: archive.list.count() == 0)
+        assert not archive.empty.isHidden() and not archive.remove_button.isEnabled()
+        # once the dialog is closed and gone, a later removal reaches no dead dialog
+        archive.reject()
+        await asyncio.sleep(0.05)
+        QApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+        ui.bridge.session_removed.emit("another-session")
 
     ui.play(body)
 

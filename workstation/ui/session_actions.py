@@ -26,6 +26,7 @@ from workstation.ui.tasks import TaskOwner
 
 if TYPE_CHECKING:
     from workstation.ui.approval_controls import Command
+    from workstation.ui.bridge import FleetBridge
     from workstation.ui.dialogs.confirm import Confirmations
     from workstation.ui.review_flow import ReviewFlow
 
@@ -41,6 +42,8 @@ class ToolsWindow(Protocol):
     def commands(self) -> SessionCommands | None: ...
     @property
     def tasks(self) -> TaskOwner: ...
+    @property
+    def bridge(self) -> FleetBridge | None: ...
     def show_status(self, message: str, timeout_ms: int = 8000) -> None: ...
     def show_error(self, message: str) -> None: ...
     @property
@@ -209,6 +212,8 @@ class SessionActions:
         dialog = ArchiveDialog(commands.archived_sessions(), self._parent)
         dialog.unarchive_requested.connect(lambda sid: self._command("unarchive", lambda c: c.unarchive(sid)))
         dialog.remove_requested.connect(self.ask_remove)
+        if self.window.bridge is not None:  # a removed session leaves the list (the connection ends with the dialog)
+            self.window.bridge.session_removed.connect(dialog.forget)
         dialog.finished.connect(dialog.deleteLater)
         self.dialog = dialog
         dialog.open()
