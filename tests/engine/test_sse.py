@@ -12,6 +12,7 @@ from workstation.engine.sse import (
     TextTemplate,
     Usage,
     reduce_payload,
+    status_error,
 )
 
 EVENTS = [b'{"choices":[{"delta":{"content":"a"}}]}', b'{"choices":[{"delta":{"content":"b"}}]}', b"[DONE]"]
@@ -245,3 +246,31 @@ def test_once_learnt_a_stream_s_text_reads_come_as_one_run_each():
     finish = _event(b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}') + b"data: [DONE]\n\n"
     objs, payloads = decoder.feed_parsed(reads[0] + finish)
     assert objs is None and len(payloads) == 5 and payloads[-1] == b"[DONE]"
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    (b'{"error": {"message": "prompt too long", "type": "BadRequestError"}}', "prompt too long"),
+    (b'{"error": "model not loaded"}', "model not loaded"),
+    (b'{"object": "error", "message": "older vLLM", "code": 400}', "older vLLM"),
+    (b'{"detail": "Not Found"}', "Not Found"),
+    (b'[{"message": "a list"}]', '[{"message": "a list"}]'),
+    (b'"just a string"', "just a string"),
+    (b"42", "42"),
+    (b"null", "null"),
+    (b'{"error": null}', '{"error": null}'),
+    (b'{"error": {"message": 7}}', '{"error": {"message": 7}}'),
+    (b"<html>Bad Gateway</html>", "<html>Bad Gateway</html>"),
+    (b"", "(no body)"),
+    (b"  \n", "(no body)"),
+])
+def test_an_error_body_of_any_json_or_none_gives_the_typed_error(body: bytes, message: str) -> None:
+    err = status_error(502, body)
+    assert isinstance(err, EngineHTTPError)
+    assert str(err) == f"engine answered HTTP 502: {message}"
+    assert err.status == 502 and err.retryable
+    assert not status_error(400, body).retryable
+
+
+def test_a_long_error_body_is_cut() -> None:
+    err = status_error(500, b"[" + b"1," * 1000 + b"1]")
+    assert len(str(err)) < 400

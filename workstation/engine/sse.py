@@ -75,15 +75,30 @@ RETRYABLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
 def status_error(status: int, body: bytes) -> EngineHTTPError:
     """An engine's non-200 answer as the error both byte sources raise: its own message where
-    the body is vLLM's JSON error, else the body's start."""
-    text = body.decode("utf-8", "replace")[:300]
+    the body is an error object (vLLM's ``{"error": {"message": …}}``, an older
+    ``{"message": …}``, a proxy's ``{"detail": …}``), the text of a JSON string, else the
+    body's start — whatever JSON (or none) the body holds."""
+    text = body.decode("utf-8", "replace").strip()[:300] or "(no body)"
     try:
-        err = orjson.loads(body).get("error", {})
-        text = err.get("message", text) if isinstance(err, dict) else str(err)
+        payload = orjson.loads(body)
     except ValueError:
-        pass
-    return EngineHTTPError(f"engine answered HTTP {status}: {text}", status=status,
+        payload = None
+    return EngineHTTPError(f"engine answered HTTP {status}: {_error_message(payload) or text}", status=status,
                            retryable=status in RETRYABLE_STATUS)
+
+
+def _error_message(payload: object) -> str | None:
+    if isinstance(payload, str):
+        return payload[:300] or None
+    if not isinstance(payload, dict):
+        return None
+    err = payload.get("error")
+    if isinstance(err, dict):
+        err = err.get("message")
+    for message in (err, payload.get("message"), payload.get("detail")):
+        if isinstance(message, str) and message:
+            return message[:300]
+    return None
 
 
 def not_streaming_error(status: int | None, content_type: str) -> EngineHTTPError:
