@@ -49,7 +49,6 @@ def expanded_text(text: str) -> str:
 def _static_text(text: str) -> QStaticText:
     static = QStaticText(text)
     static.setTextFormat(Qt.TextFormat.PlainText)
-    pass
     return static
 
 
@@ -71,6 +70,8 @@ class TailView(QWidget):
         """Laid-out text per (line uid, wrapped row), kept for the rows shown."""
         self._layout_key: tuple[int, ...] | None = None
         self._layout_rows: list[Row] = []
+        self._layout_shown: list[tuple[str, LineStyle]] = []
+        """(text, style) of each of ``_layout_rows``, made with them."""
         self._shown: list[tuple[str, LineStyle]] = []
         """(text, style) of each row on screen, top to bottom, as the last paint left it."""
         self._planned = False
@@ -175,6 +176,7 @@ class TailView(QWidget):
                 break
         self._rows = placed
         self._layout_key, self._layout_rows = key, rows
+        self._layout_shown = [(r[0], r[1]) for r in rows]
         return rows
 
     def _plan(self) -> bool:
@@ -185,9 +187,9 @@ class TailView(QWidget):
         shown = self._shown
         if not shown or self.scroll_rows or self._planned or not self.doc.lines:
             return False
-        rows = self._layout()
+        self._layout()
         row_h = self._metrics()[0]
-        new = [(r[0], r[1]) for r in rows]
+        new = self._layout_shown
         best_k, best_m = 0, -1
         for k in range(len(shown)):
             m = 0
@@ -219,9 +221,9 @@ class TailView(QWidget):
         colours = self._colours
         rows = self._layout()
         whole = area.contains(self.rect())
-        if not whole and not planned and [(r[0], r[1]) for r in rows] != self._shown:
+        if not whole and not planned and self._layout_shown != self._shown:
             self.update()  # a part exposed while the rows changed: the rest must follow
-        self._shown = [(r[0], r[1]) for r in rows]
+        self._shown = self._layout_shown
         if not rows:
             self._statics = {}
             if self.empty_text:
