@@ -52,10 +52,9 @@ class SessionCosts:
         used = rec.prompt_tokens + rec.completion_tokens
         if spec.budget_tokens is not None and used >= spec.budget_tokens:
             return f"budget reached: {used:,} of {spec.budget_tokens:,} tokens"
-        if spec.budget_usd is not None and self.price is not None:
-            cost = self.price.cost_usd(tokens_of(rec))
-            if cost >= spec.budget_usd:
-                return f"budget reached: ${cost:,.4f} of ${spec.budget_usd:,.4f} at {self.price.model} prices"
+        cost = self.cost_usd(rec) if spec.budget_usd is not None else None
+        if cost is not None and cost >= spec.budget_usd:  # None without a price: not judged
+            return f"budget reached: ${cost:,.4f} of ${spec.budget_usd:,.4f} at {self.price.model} prices"
         return None
 
     def check(self, session_id: str) -> None:
