@@ -126,6 +126,30 @@ async def test_failed_scrapes_drain_an_engine_and_refuse_its_waiting_sessions(
     await fleet.aclose()
 
 
+async def test_a_session_in_a_tool_when_its_engine_drains_takes_its_next_turn_elsewhere(
+        tmp_path: Path, git_repo: Path, mock_http: httpx.AsyncClient, engine_switch: EngineSwitch) -> None:
+    script = Script(steps=3, turn_s=0.02, tool_s=0.6)  # the fake agent itself could go on generating on e1
+    fleet = Fleet(data_dir=tmp_path / "data", endpoints=(E1, E2), agent_factory=factory(script), http=mock_http,
+                  max_generating=8, engine_poll_s=0.05)
+    await fleet.start()
+    made = await fleet.create_sessions(SessionSpec(task="t", repo=str(git_repo), headless=True), 2, start=True)
+    (sid,) = [s.session_id for s in made if s.endpoint_name == "e1"]
+    deadline = time.monotonic() + 10
+    while turns_done(await fleet.transcript(sid)) != [1]:  # its first turn is done: its first tool runs
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.01)
+    engine_switch.dead_hosts.add("127.0.0.1:9")
+    fleet.scheduling.observe_engine(sample("e1", up=False))
+    fleet.scheduling.observe_engine(sample("e1", up=False))
+    assert fleet.record(sid).endpoint_name == "e2"  # moved while its tool runs
+    await asyncio.wait_for(fleet.wait_settled(), 60)
+    # the agent built on e1 had its next turn refused; the session went on from its history on e2
+    assert [u for r, u in zip(script.runs, script.urls) if r == sid] == [E1.base_url, E2.base_url]
+    assert fleet.record(sid).state is S.DONE
+    assert turns_done(await fleet.transcript(sid)) == [1, 2, 3, 4]  # none lost, none twice
+    await fleet.aclose()
+
+
 async def test_with_one_engine_sessions_wait_for_it_as_before(
         tmp_path: Path, git_repo: Path, mock_http: httpx.AsyncClient, engine_switch: EngineSwitch) -> None:
     script = Script(steps=3, turn_s=0.05, engine_ok=lambda setup: engine_switch.up)

@@ -134,10 +134,9 @@ class Failover:
 
     def check(self, session_id: str) -> None:
         """Refuse the next turn of an agent built on an endpoint its session left."""
-        rec = self._book.get(session_id)
         built_on = self._running_on(session_id)
-        if rec is not None and built_on is not None and built_on != rec.endpoint_name:
-            raise self.refusal(built_on, rec.endpoint_name)
+        if built_on is not None and self.moved(session_id, built_on):
+            raise self.refusal(built_on, self._book.rec(session_id).endpoint_name)
 
     def moved(self, session_id: str, built_on: str) -> bool:
         """The session left ``built_on`` while its agent ran there."""
