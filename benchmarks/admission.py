@@ -56,7 +56,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -64,6 +63,7 @@ from workstation.core import agent_events as ev  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
 from workstation.core.fleet_events import AdmissionChanged, SessionWaitChanged  # noqa: E402
 from workstation.core.requests import RequestRecord  # noqa: E402
+from workstation.telemetry.vllm_metrics import MetricsReading, parse_metrics  # noqa: E402
 
 SIM_MODEL = {  # the simulated engine: 64k tokens of KV for 64 sessions whose contexts reach ~5k
     "kv_tokens": 65_536, "block_tokens": 16, "max_num_seqs": 256, "max_batched_tokens": 2048,
@@ -163,31 +163,23 @@ class SyntheticAgent:
 
 
 # ----------------------------------------------------------------------------- engines
-async def engine_counters(http: httpx.AsyncClient, endpoint: Endpoint) -> dict[str, Any]:
+async def engine_reading(http: httpx.AsyncClient, endpoint: Endpoint) -> MetricsReading:
+    """One scrape of the engine's ``/metrics``, read as the meters read it."""
     response = await http.get(endpoint.base_url.rstrip("/") + "/metrics")
     response.raise_for_status()
-    wanted = {"vllm:prefix_cache_hits_total": "hits", "vllm:prefix_cache_queries_total": "queries",
-              "vllm:num_preemptions_total": "preemptions", "vllm:generation_tokens_total": "generated"}
-    out: dict[str, Any] = {v: 0.0 for v in wanted.values()}
-    ttft: dict[float, float] = collections.defaultdict(float)
-    for family in text_string_to_metric_families(response.text):
-        for sample in family.samples:
-            if sample.labels.get("model_name", endpoint.model) != endpoint.model:
-                continue
-            if sample.name in wanted:
-                out[wanted[sample.name]] += sample.value
-            elif sample.name == "vllm:time_to_first_token_seconds_bucket":
-                ttft[float(sample.labels["le"])] += sample.value
-    out["ttft"] = dict(ttft)
-    return out
+    return parse_metrics(response.text)
 
 
-def histogram_p95_ms(before: dict[float, float], after: dict[float, float]) -> float | None:
-    from workstation.telemetry.vllm_metrics import bucket_quantile
+def counter_delta(before: MetricsReading, after: MetricsReading, key: str) -> float:
+    return (after.counter(key) or 0.0) - (before.counter(key) or 0.0)
 
-    bounds = tuple(sorted(after))
-    cumulative = tuple(after[b] - before.get(b, 0.0) for b in bounds)
-    q = bucket_quantile(bounds, cumulative, 0.95)
+
+def histogram_p95_ms(before: MetricsReading, after: MetricsReading, key: str = "ttft") -> float | None:
+    """The p95 of what ``key``'s histogram observed between the two scrapes, in ms."""
+    new, old = after.histograms.get(key), before.histograms.get(key)
+    if new is None:
+        return None
+    q = (new if old is None else new.minus(old)).quantile(0.95)
     return None if q is None else round(q * 1000, 1)
 
 
@@ -271,7 +263,7 @@ async def run_config(label: str, *, cap: int, adaptive: bool, endpoint: Endpoint
             fleet.scheduling.set_focus(log.focused)
             for s in made[::4]:
                 await fleet.scheduling.set_background(s.session_id)
-        before = await engine_counters(http, endpoint)
+        before = await engine_reading(http, endpoint)
         t0 = time.monotonic()
         for s in made:
             await fleet.start_session(s.session_id)
@@ -283,7 +275,7 @@ async def run_config(label: str, *, cap: int, adaptive: bool, endpoint: Endpoint
             await fleet.pause_all()
         end = time.monotonic() if timed_out or log.last_t is None else log.last_t  # not the last finish
         wall = end - (log.first_t or t0)
-        after = await engine_counters(http, endpoint)
+        after = await engine_reading(http, endpoint)
         peak = fleet.gate.peak_generating
     finally:
         await services.aclose()
@@ -292,18 +284,18 @@ async def run_config(label: str, *, cap: int, adaptive: bool, endpoint: Endpoint
     ok = [r for r in log.records if r.ok]
     generated = sum(r.completion_tokens for r in ok)
     ttfts = [r.ttft_s for r in ok if r.ttft_s is not None]
-    queries = after["queries"] - before["queries"]
+    queries = counter_delta(before, after, "prefix_cache_queries")
     result: dict[str, Any] = {
         "cap": cap,
         "tok_s": round(generated / wall, 1) if wall > 0 else 0.0,
         "ttft_p50_ms": pct_ms(ttfts, 0.50),
         "ttft_p95_ms": pct_ms(ttfts, 0.95),
-        "prefix_hit_rate": round((after["hits"] - before["hits"]) / queries, 4) if queries else None,
+        "prefix_hit_rate": round(counter_delta(before, after, "prefix_cache_hits") / queries, 4) if queries else None,
         "finished": len(log.finished),
         "wait_p95_ms": pct_ms(log.waits_s, 0.95),
         "focused_turn_p95_ms": pct_ms(log.focused_turns_s, 0.95),
-        "engine_ttft_p95_ms": histogram_p95_ms(before["ttft"], after["ttft"]),
-        "preemptions": int(after["preemptions"] - before["preemptions"]),
+        "engine_ttft_p95_ms": histogram_p95_ms(before, after),
+        "preemptions": int(counter_delta(before, after, "preemptions")),
         "requests": len(ok),
         "failed_requests": len(log.records) - len(ok),
         "peak_generating": peak,
