@@ -8,7 +8,14 @@ import random
 import pytest
 
 from workstation.core.admission import LAG, LEAD, AdmissionQueue, Priority
-from workstation.core.admission_limit import AdaptiveLimit, AdmissionTarget, EngineLoad, Verdict
+from workstation.core.admission_limit import (
+    AdaptiveLimit,
+    AdmissionTarget,
+    EngineLoad,
+    OverCause,
+    Verdict,
+    overload,
+)
 
 F, N, B = Priority.FOREGROUND, Priority.NORMAL, Priority.BACKGROUND
 
@@ -200,6 +207,19 @@ def test_a_slow_first_token_cuts_harder_and_holds_longer() -> None:
     assert lim.observe(load(5, **slow), now_s=5, in_flight=24, queued=5).limit == 18
     d = lim.observe(load(6, ttft_p95_s=9.0, ttft_count=2), now_s=6, in_flight=18, queued=5)
     assert d.verdict is Verdict.STEADY and d.limit == 18  # two observations are not enough to judge either way
+
+
+def test_what_makes_an_engine_over_is_typed_and_the_first_found_names_it() -> None:
+    slow = {"ttft_p95_s": 3.0, "ttft_count": 9}
+    queue = {"waiting": 9, "running": 8}
+    over = overload(load(kv_usage_pct=99, **slow, **queue), T, preempted=2)
+    assert over is not None and over.cause is OverCause.SLOW_FIRST_TOKEN
+    assert over.reason == "slow first token: p95 3.0 s > 2.0 s"
+    over = overload(load(kv_usage_pct=99, **queue), T, preempted=2)
+    assert over is not None and (over.cause, over.reason) == (OverCause.PREEMPTING, "engine full: KV 99 %, 2 preempted")
+    over = overload(load(**queue), T)
+    assert over is not None and (over.cause, over.reason) == (OverCause.QUEUE, "engine queue: 9 waiting")
+    assert overload(load(kv_usage_pct=99, waiting=1, **FAST), T) is None  # full, not over
 
 
 def test_the_cut_starts_from_what_was_in_flight() -> None:

@@ -101,6 +101,24 @@ class Verdict(str, Enum):
     """No (recent) reading: the ceiling applies."""
 
 
+class OverCause(Enum):
+    """Why an engine is over what it can take; it picks the cut."""
+
+    SLOW_FIRST_TOKEN = "slow first token"
+    """A broken promise: cut to ¾ of what was in flight, at most once per ``hold_s``."""
+    PREEMPTING = "preempting"
+    """KV cache exhausted: step down by an eighth, at most once per ``hold_s / 2``."""
+    QUEUE = "queue"
+    """Requests queue inside the engine: as for preempting."""
+
+
+@dataclass(frozen=True, slots=True)
+class Overload:
+    cause: OverCause
+    reason: str
+    """Plain words for the window ("engine full: KV 99 %, 3 preempted")."""
+
+
 @dataclass(frozen=True, slots=True)
 class LimitDecision:
     limit: int
@@ -117,17 +135,19 @@ def _seconds(value: float) -> str:
     return f"{value:.1f} s" if value < 10 else f"{value:.0f} s"
 
 
-def over_reason(load: EngineLoad, target: AdmissionTarget, preempted: float = 0) -> str | None:
+def overload(load: EngineLoad, target: AdmissionTarget, preempted: float = 0) -> Overload | None:
     """Why the engine is over what it can take (the limit comes down), or None."""
     if (load.ttft_p95_s is not None and load.ttft_count >= target.min_ttft_observations
             and load.ttft_p95_s > target.ttft_p95_s):
-        return f"slow first token: p95 {_seconds(load.ttft_p95_s)} > {_seconds(target.ttft_p95_s)}"
+        return Overload(OverCause.SLOW_FIRST_TOKEN,
+                        f"slow first token: p95 {_seconds(load.ttft_p95_s)} > {_seconds(target.ttft_p95_s)}")
     full = full_reason(load, target)
     if preempted > 0:
-        return f"{full}, {preempted:.0f} preempted" if full else \
-            f"engine preempting: {preempted:.0f} request{'s' if preempted != 1 else ''}"
+        return Overload(OverCause.PREEMPTING, f"{full}, {preempted:.0f} preempted" if full else
+                        f"engine preempting: {preempted:.0f} request{'s' if preempted != 1 else ''}")
     if load.waiting is not None and load.waiting >= max(4, math.ceil((load.running or 0) / 4)):
-        return f"{full}, {load.waiting} waiting" if full else f"engine queue: {load.waiting} waiting"
+        return Overload(OverCause.QUEUE, f"{full}, {load.waiting} waiting" if full else
+                        f"engine queue: {load.waiting} waiting")
     return None
 
 
@@ -184,16 +204,16 @@ class AdaptiveLimit:
             if self._preemptions is not None and load.preemptions_total >= self._preemptions:
                 preempted = load.preemptions_total - self._preemptions
             self._preemptions = load.preemptions_total
-        reason = over_reason(load, t, preempted)
-        if reason is not None:
-            slow = reason.startswith("slow first token")
+        over = overload(load, t, preempted)
+        if over is not None:
+            slow = over.cause is OverCause.SLOW_FIRST_TOKEN
             hold = t.hold_s if slow else t.hold_s / 2
             if self._last_cut_s is None or now_s - self._last_cut_s >= hold:
                 base = min(self.limit, max(1, in_flight))
                 self.limit = self._clamp(int(base * 0.75) if slow else base - max(1, base // 8))
                 self._last_cut_s = now_s
             self.slow_start = False
-            self.last = LimitDecision(self.limit, Verdict.OVER, reason)
+            self.last = LimitDecision(self.limit, Verdict.OVER, over.reason)
             return self.last
         reason = full_reason(load, t)
         if reason is not None:
