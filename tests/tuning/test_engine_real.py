@@ -56,11 +56,22 @@ async def test_short_real_benchmark(lab, tmp_path):
         records = [RequestRecord("e", "tiny", f"s{s}", float(i), 0.1, 1.0, 100 + 60 * i, 16, 0, 0.1, True)
                    for s in range(2) for i in range(4)]
         shape = shape_from_records("agents", records)
-        replay = Workload(kind="replay", concurrency=2, shape="agents", duration_s=5.0, warmup_s=1.0)
+        replay = Workload(kind="replay", concurrency=2, shape="agents", duration_s=5.0, warmup_s=1.0,
+                          content="code")
         replayed = await run_workload(http, launcher.endpoint, replay, context, shape=shape, store=store)
         assert replayed.completed > 0 and replayed.failed == 0
         # append-only histories: later prompts of a session start with earlier ones
         assert replayed.prefix_cache_hit_rate is not None and replayed.prefix_cache_hit_rate > 0.2
+        # the code content is the app's source as this model's tokens: the server's own
+        # /detokenize of a window reads as Python
+        from workstation.tuning.loadgen import code_tokens
+
+        ids = await code_tokens(http, launcher.endpoint)
+        assert len(ids) > 50_000
+        response = await http.post(launcher.endpoint.base_url + "/detokenize",
+                                   json={"model": "tiny", "tokens": ids[:400]},
+                                   headers={"Authorization": f"Bearer {launcher.endpoint.api_key}"})
+        assert "def " in response.json()["prompt"] or "import " in response.json()["prompt"]
 
         bench = Workload(kind="synthetic", concurrency=4, input_len=64, output_len=16, max_requests=8)
         theirs = await run_workload(http, launcher.endpoint, bench, context, tool="vllm", store=store,

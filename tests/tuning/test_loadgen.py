@@ -4,7 +4,7 @@ from workstation.core.requests import RequestRecord
 from workstation.core.traffic import shape_from_records
 from workstation.tuning.loadgen import LoadError, LoadGenerator, workload_from_shape
 from workstation.tuning.results import BenchResult, Slo, Workload, comparison_table
-from workstation.tuning.workload import ReplayStream, TokenSource
+from workstation.tuning.workload import ReplayStream, TokenSource, code_text
 
 from .fake_vllm import FakeVllm
 
@@ -143,3 +143,40 @@ def test_result_round_trip_and_comparison_table():
     other = replace(base, profile="other", model="smollm2")
     lines = comparison_table([base, better, other])
     assert "+20.0" in lines[3] and "different workload/model/hardware" in lines[4]
+
+
+def test_code_content_takes_contiguous_windows_of_the_text():
+    text = list(range(1000, 1100))
+    source = TokenSource(range(10, 20), seed=3, text=text)
+    for n in (1, 7, 64, 250):
+        window = source.fresh(n)
+        assert len(window) == n
+        # each next token follows the one before in the text, wrapping at its end
+        assert all(b == (a + 1 - 1000) % 100 + 1000 for a, b in zip(window, window[1:]))
+    # too short a text (or none) falls back to random draws from the pool
+    assert set(TokenSource(range(10, 20), text=[1, 2, 3]).fresh(50)) <= set(range(10, 20))
+
+
+def test_code_text_is_the_apps_own_source_in_a_fixed_order():
+    text = code_text(20_000)
+    assert len(text) == 20_000 and text == code_text(20_000)
+    assert text.startswith("# workstation/") and "def " in text
+
+
+async def test_replay_with_code_content_sends_the_tokenized_text():
+    shape = shape_from_records("s", [rec("a", 0, 64, 4), rec("a", 1, 96, 4)])
+    vllm = FakeVllm()  # its /tokenize answers 100..159 for any text
+    engine = vllm.add(token_delay_s=0.002)
+    async with vllm.client() as http:
+        w = workload_from_shape(shape, concurrency=1, duration_s=0.3, warmup_s=0.0, max_requests=1)
+        assert w.content == "code" and "code text" in w.describe()
+        gen = LoadGenerator(http, endpoint_of(engine), w, shape=shape)
+        streams = await gen._streams()
+    prompt = streams[0].next().prompt
+    assert all(b == a + 1 or (a, b) == (159, 100) for a, b in zip(prompt, prompt[1:]))
+
+
+def test_unknown_content_is_refused():
+    with pytest.raises(ValueError, match="unknown prompt content"):
+        LoadGenerator(None, None, Workload(kind="synthetic", concurrency=1, input_len=8, output_len=8,  # type: ignore[arg-type]
+                                            content="poetry"))

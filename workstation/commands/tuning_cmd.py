@@ -113,6 +113,9 @@ def _workload_args(p: argparse.ArgumentParser, *, duration: float = 30.0, warmup
     g.add_argument("--duration-s", type=float, default=duration, help=f"measured window (default {duration:g})")
     g.add_argument("--warmup-s", type=float, default=warmup, help=f"unmeasured warm-up (default {warmup:g})")
     g.add_argument("--max-requests", type=int, help="stop after this many requests")
+    g.add_argument("--content", choices=("code", "random"),
+                   help="prompts' fresh tokens: windows of real code or random ids "
+                        "(default: code for a shape, random for synthetic lengths)")
     g.add_argument("--slo-ttft-ms", type=float, default=2000.0, help="goodput SLO on TTFT (default 2000)")
     g.add_argument("--slo-tpot-ms", type=float, default=200.0, help="goodput SLO on TPOT (default 200)")
 
@@ -312,17 +315,18 @@ def _workload(args: argparse.Namespace, store, *, default_concurrency: int = 8, 
         w = Workload(kind="synthetic", concurrency=args.concurrency or default_concurrency,
                      input_len=args.input_len, output_len=args.output_len, request_rate_per_s=args.rate,
                      shared_prefix_len=args.prefix_len, duration_s=args.duration_s, warmup_s=args.warmup_s,
-                     max_requests=args.max_requests)
+                     max_requests=args.max_requests, content=getattr(args, "content", None) or "random")
         return w, None, slo
     if builtin_when_none and args.shape is None and not store.shapes():
         w = agent_like_workload(concurrency=args.concurrency, duration_s=args.duration_s, warmup_s=args.warmup_s,
-                                max_requests=args.max_requests)
+                                max_requests=args.max_requests, content=getattr(args, "content", None) or "code")
         _say(f"no traffic shape captured yet: tuning for the built-in agent-like workload ({w.describe()}); "
              "capture your own with `workstation shape capture`")
         return (replace(w, request_rate_per_s=args.rate) if args.rate else w), None, slo
     shape = store.load_shape(_shape_name(store, args.shape))
     w = workload_from_shape(shape, concurrency=args.concurrency, duration_s=args.duration_s,
-                            warmup_s=args.warmup_s, max_requests=args.max_requests)
+                            warmup_s=args.warmup_s, max_requests=args.max_requests,
+                            content=getattr(args, "content", None) or "code")
     if args.rate:
         w = replace(w, request_rate_per_s=args.rate)
     return w, shape, slo

@@ -37,12 +37,17 @@ from workstation.tuning.workload import (
     PlannedRequest,
     SyntheticStream,
     TokenSource,
+    code_text,
     replay_streams,
 )
 
 log = logging.getLogger(__name__)
 
 HARD_LIMIT_S = 3600.0
+CONTENTS = ("random", "code")
+TOKENIZE_CHUNK_CHARS = 8_000
+"""One ``/tokenize`` request's share of the code text: ~2.5k tokens, inside any context."""
+_code_tokens: dict[tuple[str, str], list[int]] = {}
 
 
 class StreamPlan(Protocol):
@@ -79,6 +84,32 @@ async def token_pool(http: httpx.AsyncClient, endpoint: Endpoint) -> list[int]:
             return [int(t) for t in response.json()["tokens"]]
     log.info("no /tokenize at %s; drawing prompt tokens from low ids", endpoint.base_url)
     return []
+
+
+async def code_tokens(http: httpx.AsyncClient, endpoint: Endpoint) -> list[int]:
+    """:func:`~workstation.tuning.workload.code_text` as the served model's token ids, by its
+    own ``/tokenize`` in chunks (kept per endpoint and model; empty when it cannot tokenize)."""
+    key = (endpoint.base_url, endpoint.model)
+    if key in _code_tokens:
+        return _code_tokens[key]
+    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    text = code_text()
+    ids: list[int] = []
+    url = endpoint.base_url.rstrip("/") + "/tokenize"
+    try:
+        for at in range(0, len(text), TOKENIZE_CHUNK_CHARS):
+            body = {"model": endpoint.model, "prompt": text[at:at + TOKENIZE_CHUNK_CHARS], "add_special_tokens": False}
+            response = await http.post(url, json=body, headers=headers)
+            if response.status_code != 200:
+                log.info("/tokenize at %s answered %s; prompts fall back to random tokens",
+                         endpoint.base_url, response.status_code)
+                return []
+            ids += [int(t) for t in response.json()["tokens"]]
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        log.info("no /tokenize at %s (%s); prompts fall back to random tokens", endpoint.base_url, exc)
+        return []
+    _code_tokens[key] = ids
+    return ids
 
 
 async def read_metrics(http: httpx.AsyncClient, endpoint: Endpoint) -> MetricsReading | None:
@@ -120,6 +151,8 @@ class LoadGenerator:
             raise ValueError("a synthetic workload needs input and output lengths")
         if workload.concurrency < 1:
             raise ValueError("concurrency must be at least 1")
+        if workload.content not in CONTENTS:
+            raise ValueError(f"unknown prompt content {workload.content!r}; one of {', '.join(CONTENTS)}")
         if max_context and workload.kind == "synthetic":
             need = (workload.input_len or 0) + workload.shared_prefix_len + (workload.output_len or 0)
             if need > max_context:
@@ -138,13 +171,14 @@ class LoadGenerator:
     async def _streams(self) -> list[StreamPlan]:
         pool = await token_pool(self.http, self.endpoint)
         w = self.workload
+        text = await code_tokens(self.http, self.endpoint) if w.content == "code" else None
         if w.kind == "replay":
             assert self.shape is not None
-            return list(replay_streams(self.shape, TokenSource(pool, w.seed), w.concurrency,
+            return list(replay_streams(self.shape, TokenSource(pool, w.seed, text=text), w.concurrency,
                                        max_context=self.max_context))
-        shared = TokenSource(pool, w.seed).fresh(w.shared_prefix_len)
-        return [SyntheticStream(TokenSource(pool, w.seed * 7919 + i + 1), w.input_len or 1, w.output_len or 1,
-                                prefix=shared) for i in range(w.concurrency)]
+        shared = TokenSource(pool, w.seed, text=text).fresh(w.shared_prefix_len)
+        return [SyntheticStream(TokenSource(pool, w.seed * 7919 + i + 1, text=text), w.input_len or 1,
+                                w.output_len or 1, prefix=shared) for i in range(w.concurrency)]
 
     # ----- one request -----
     async def _request(self, planned: PlannedRequest) -> RequestTiming:
@@ -319,12 +353,13 @@ class LoadGenerator:
 
 def workload_from_shape(shape: TrafficShape, *, concurrency: int | None = None, duration_s: float = 30.0,
                         warmup_s: float = 5.0, max_requests: int | None = None, seed: int = 0,
-                        keep_rate: bool = False) -> Workload:
-    """A replay workload for a captured shape: its p90 concurrency, closed loop unless asked."""
+                        keep_rate: bool = False, content: str = "code") -> Workload:
+    """A replay workload for a captured shape: its p90 concurrency, closed loop unless asked,
+    prompts of code text (agents read and write code)."""
     return Workload(
         kind="replay", concurrency=concurrency or shape.suggested_concurrency(), shape=shape.name,
         request_rate_per_s=shape.request_rate_per_s if keep_rate else None,
-        duration_s=duration_s, warmup_s=warmup_s, max_requests=max_requests, seed=seed,
+        duration_s=duration_s, warmup_s=warmup_s, max_requests=max_requests, seed=seed, content=content,
     )
 
 
@@ -342,11 +377,11 @@ machine and measured 0 tok/s. ``--concurrency`` sets more where the engine is a 
 
 
 def agent_like_workload(*, concurrency: int | None = None, duration_s: float = 30.0, warmup_s: float = 5.0,
-                        max_requests: int | None = None, seed: int = 0) -> Workload:
+                        max_requests: int | None = None, seed: int = 0, content: str = "code") -> Workload:
     """What to tune for before any traffic was captured: coding agents' turns — a long prefix
     every request shares, a few hundred tokens of its own, a short answer."""
     return Workload(
         kind="synthetic", concurrency=concurrency or AGENT_STREAMS, input_len=AGENT_TURN_TOKENS,
         output_len=AGENT_OUTPUT_TOKENS, shared_prefix_len=AGENT_PREFIX_TOKENS, duration_s=duration_s,
-        warmup_s=warmup_s, max_requests=max_requests, seed=seed,
+        warmup_s=warmup_s, max_requests=max_requests, seed=seed, content=content,
     )

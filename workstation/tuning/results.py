@@ -81,9 +81,14 @@ class Workload:
     warmup_s: float = 0.0
     max_requests: int | None = None
     seed: int = 0
+    content: str = "random"
+    """What the prompts' fresh tokens are: ``random`` ids or ``code`` (windows of real source
+    code); see :mod:`workstation.tuning.workload`."""
 
     def describe(self) -> str:
         rate = "closed loop" if self.request_rate_per_s is None else f"{self.request_rate_per_s:g} req/s"
+        if self.content != "random":
+            rate += f", {self.content} text"
         if self.kind == "replay":
             return f"replay of '{self.shape}' x {self.concurrency} streams, {rate}, {self.duration_s:.0f} s"
         prefix = f" (+{self.shared_prefix_len} shared)" if self.shared_prefix_len else ""
