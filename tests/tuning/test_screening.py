@@ -137,3 +137,42 @@ async def test_every_repeat_replays_the_same_work_and_the_order_turns(tmp_path, 
     assert [e for e, _, _ in seen] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
     assert {(seed, warmup) for _, seed, warmup in seen} == {(7, 4.0)}
     assert [len(m.runs) for m in measured] == [3, 3, 3] and [m.trial.label for m in measured] == ["a", "b", "c"]
+
+
+async def test_a_run_probe_watches_every_run_and_its_record_reaches_the_summary(tmp_path, monkeypatch):
+    from workstation.tuning import screening
+
+    tuner = _tuner(tmp_path)
+    calls: list[str] = []
+
+    async def run_workload(http, endpoint, workload, context, **kw):  # type: ignore[no-untyped-def]
+        calls.append(f"run {endpoint}")
+        if endpoint == "bad":
+            raise RuntimeError("the engine went away")
+        return _result(1000.0, 100.0)
+
+    class _Probe:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def start(self) -> None:
+            calls.append(f"start {self.name}")
+
+        def stop(self, *, tokens: int) -> dict:
+            calls.append(f"stop {self.name}")
+            return {"engine": self.name, "tokens": tokens}
+
+    monkeypatch.setattr(screening, "run_workload", run_workload)
+
+    class _Launcher:
+        def __init__(self, name: str) -> None:
+            self.endpoint = name
+
+    tuner.run_probe = lambda launcher: _Probe(launcher.endpoint)
+    trials = [Trial(name, Profile(name, ""), launcher=_Launcher(name)) for name in ("a", "bad")]  # type: ignore[arg-type]
+    w = Workload(kind="synthetic", concurrency=4, input_len=64, output_len=64)
+    a, bad = await tuner._measure(trials, w, None)
+    assert calls[:6] == ["start a", "run a", "stop a", "start bad", "run bad", "stop bad"]
+    assert a.summary()["probes"] == [{"engine": "a", "tokens": _result(1000.0, 100.0).output_tokens}] * 3
+    # a failed run is still watched to its end; its record says no tokens came
+    assert bad.error and bad.probes[0] == {"engine": "bad", "tokens": 0}

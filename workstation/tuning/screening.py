@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 from psygnal import Signal
@@ -59,6 +59,14 @@ log = logging.getLogger(__name__)
 
 GIB = 1 << 30
 TTFT_GUARD_PCT = 10.0
+
+
+class RunObserver(Protocol):
+    """Watches one measured run: ``start()`` before it, ``stop(tokens=n)`` after, its record."""
+
+    def start(self) -> None: ...
+
+    def stop(self, *, tokens: int) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +112,8 @@ class Measured:
     trial: Trial
     results: list[BenchResult] = field(default_factory=list)
     error: str | None = None
+    probes: list[dict[str, Any]] = field(default_factory=list)
+    """What a :attr:`ScreeningTuner.run_probe` recorded around each run (none without one)."""
 
     @property
     def runs(self) -> list[float]:
@@ -126,7 +136,9 @@ class Measured:
                 "tpot_p50_ms": _mean([r.tpot.p50_ms for r in self.results]),
                 "total_tok_s": _mean([r.total_tok_s for r in self.results]),
                 "prefix_cache_hit_rate": _mean([r.prefix_cache_hit_rate for r in self.results]),
-                "start_s": None if t.start_s is None else round(t.start_s, 1), "error": self.error or t.error}
+                "spec_acceptance_rate": _mean([r.spec_acceptance_rate for r in self.results]),
+                "start_s": None if t.start_s is None else round(t.start_s, 1), "error": self.error or t.error,
+                **({"probes": self.probes} if self.probes else {})}
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -182,6 +194,9 @@ class ScreeningTuner:
         self.sessions = sessions
         self.trials: list[Trial] = []
         self.not_applicable: list[tuple[Candidate, str]] = []
+        self.run_probe: Callable[[EngineLauncher], RunObserver] | None = None
+        """Made per run around its window, given the engine that serves it (a benchmark's hook:
+        the GPU suite records each engine process's CPU there)."""
 
     # ----- engines -----
     def _problem(self, profile: Profile) -> str | None:
@@ -270,12 +285,20 @@ class ScreeningTuner:
                 if t.launcher is None:
                     continue
                 context = BenchContext(profile=t.profile, engine=self.engine, model=self.model, hardware=hardware)
+                probe = self.run_probe(t.launcher) if self.run_probe is not None else None
+                if probe is not None:
+                    probe.start()
+                tokens = 0
                 try:
                     result = await run_workload(self.http, t.launcher.endpoint, w, context, shape=shape,
                                                 slo=self.slo, store=self.store)
+                    tokens = result.output_tokens
                 except Exception as exc:  # noqa: BLE001 - recorded; the round goes on
                     m.error = f"measurement failed: {str(exc).splitlines()[0][:160]}"
                     continue
+                finally:
+                    if probe is not None:
+                        m.probes.append(await asyncio.to_thread(probe.stop, tokens=tokens))
                 m.results.append(result)
                 self.progress.emit(f"  run {i + 1}/{self.repeats} {t.label}: {result.output_tok_s:,.1f} tok/s, "
                                    f"TTFT p95 {result.ttft.p95_ms or 0:.0f} ms")
@@ -345,7 +368,8 @@ class ScreeningTuner:
         report.best_profile, report.best_tok_s = best.trial.profile, best.mean
         report.elapsed_s = time.monotonic() - t0
         outcome = {"round": 1, "kept": [c.change for c, _ in kept], "baseline": base.summary(),
-                   "best": best.summary(), "references": [m.summary() for m in measured if m.trial.reference]}
+                   "best": best.summary(), "references": [m.summary() for m in measured if m.trial.reference],
+                   "measured": [m.summary() for m in measured]}
         return Screening(name, workload, shape, report, measured, kept, outcome)
 
     async def confirm(self, screening: Screening) -> None:
