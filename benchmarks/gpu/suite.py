@@ -6,16 +6,20 @@
 
 Parts (each fits one device call of at most ten minutes; ``--budget-s`` bounds it):
 
-- ``bench``: ``engine_bench`` streams (1 and 16 at a time, five repeats, medians) for the
-  app's ``default`` profile and for ``vllm-defaults``, each on an engine the app's launcher
-  starts alone on the GPU; on the ``default`` engine also ``nvml_vs_smi`` with the engine under
-  load as the GPU's user (its processes attributed through the process tree),
-  ``meter_vs_bench`` (the app's throughput meter against ``vllm bench serve``), and
-  ``fleet_run`` with 32 real agent sessions whose traffic shape is captured for the tuner.
+- ``bench``: ``engine_bench`` streams (1 and 16 at a time, seven repeats, medians) for
+  ``vllm-defaults``, the app's ``default`` and ``default`` with vLLM's own batch of 1,024
+  sequences, each on an engine the app's launcher starts alone on the GPU, every run watched by
+  a probe (GPU clock, each engine process's CPU per token, the cores it ran on); on the
+  ``default`` engine also ``nvml_vs_smi`` with the engine under load as the GPU's user (its
+  processes attributed through the process tree), ``meter_vs_bench`` (the app's throughput
+  meter against ``vllm bench serve``), and ``fleet_run`` with 32 real agent sessions whose
+  traffic shape is captured for the tuner.
 - ``tune``: the screening tuner (``workstation/tuning/screening.py``) from the ``default``
-  profile, ``vllm-defaults`` measured alongside, on the captured agent shape and on Cline's
-  report's 512/512 x 256, then each shape's kept changes confirmed together while the budget
-  allows.
+  profile, ``vllm-defaults`` measured alongside, on the captured agent shape (replayed with
+  code text) and on Cline's report's 512/512 x 256 (``--workloads``), each run probed; then
+  each shape's kept changes confirmed together while the budget allows, and real fleets on
+  the round's speculating engines for their drafts' acceptance on what agents write.
+- ``confirm``: that confirmation alone, for a ``tune`` that ran out of time for it.
 
 Results accumulate in ``<data dir>/gpu-results.json`` (the machine keeps it between calls) and
 are copied to ``--out`` with the engines' log tails. ``--dry-run`` shrinks every size so the
@@ -26,52 +30,41 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import os
-import platform
-import statistics
 import sys
-import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-BENCH = Path(__file__).resolve().parents[1]
-REPO = BENCH.parent
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # run_probe beside this file
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # measures and run_probe beside this file
+
+from measures import (  # noqa: E402
+    GIB,
+    _load,
+    _nvml_reader,
+    fleet_and_capture,
+    fleets_on_speculation,
+    launcher_facts,
+    machine_facts,
+    nvml_under_engine,
+    safe,
+    say,
+    stream_figures,
+)
 
 from workstation.config import load_settings  # noqa: E402
 from workstation.core.profiles import PRESETS, effective, flatten  # noqa: E402
-from workstation.engine.chat_client import ChatClient  # noqa: E402
 from workstation.engine.environment import require_engine  # noqa: E402
 from workstation.engine.gpu_memory import read_gpu_memory  # noqa: E402
 from workstation.engine.http import make_http_client  # noqa: E402
 from workstation.engine.host import Launchers  # noqa: E402
-from workstation.engine.launcher import EngineLauncher  # noqa: E402
 from workstation.engine.models import resolve_model  # noqa: E402
 from workstation.services import Services  # noqa: E402
 
-GIB = 1 << 30
 CLINE = {"input_len": 512, "output_len": 512, "concurrency": 256}
-
-
-def _load(name: str) -> ModuleType:
-    """One of the project's benchmarks as a module (they live outside the package)."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
-    assert spec and spec.loader
-    if spec.name in sys.modules:
-        return sys.modules[spec.name]
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
-def say(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+PROBE_ENGINE = "default (max-num-seqs 1024)"
 
 
 class Results:
@@ -96,168 +89,6 @@ class Results:
             os.replace(tmp, target)
 
 
-# --------------------------------------------------------------------------- the machine
-def machine_facts(engine_version: str) -> dict[str, Any]:
-    from workstation.telemetry.nvml import GpuState, NvmlReader
-
-    reader = NvmlReader()
-    gpu: dict[str, Any] = {}
-    driver = None
-    if reader.open() is GpuState.OK:
-        snap = reader.read()
-        driver = snap.driver_version
-        devices = snap.devices
-        gpu = {"name": devices[0].name, "count": len(devices),
-               "memory_total_gib": round((devices[0].memory_total_bytes or 0) / GIB, 1)}
-        reader.close()
-    return {"date": time.strftime("%Y-%m-%d"), "gpu": gpu, "driver": driver, "vllm": engine_version,
-            "host": {"cpu_count": os.cpu_count(), "python": platform.python_version()}}
-
-
-# --------------------------------------------------------------------------- engine_bench
-def _nvml_reader():  # type: ignore[no-untyped-def]
-    from workstation.telemetry.nvml import GpuState, NvmlReader
-
-    reader = NvmlReader()
-    return reader if reader.open() is GpuState.OK else None
-
-
-async def stream_figures(http, engines: dict[str, EngineLauncher], *, tokens: int,  # type: ignore[no-untyped-def]
-                         repeats: int) -> dict[str, dict[str, Any]]:
-    """engine_bench's 1 and 16 streams, ``repeats`` runs each, on every engine of ``engines``
-    (profile name -> its running launcher). With several engines up at once they take turns run
-    by run, the order turning each repeat (A B, B A, ...), so a drift of the machine lands on
-    all alike. Every run carries a
-    :class:`RunProbe` record (GPU clock, each process's CPU per token, the cores it ran on)."""
-    from run_probe import RunProbe
-
-    eb = _load("engine_bench")
-    clients = {name: ChatClient(http, launcher.endpoint) for name, launcher in engines.items()}
-    for client in clients.values():
-        await eb._throughput(client, 1, 16)  # warm-up
-    reader = await asyncio.to_thread(_nvml_reader)
-    runs: dict[str, dict[int, list[dict]]] = {name: {1: [], 16: []} for name in clients}
-    try:
-        names = list(clients)
-        for streams in (1, 16):
-            for r in range(repeats):
-                for name in names[r % len(names):] + names[:r % len(names)]:  # A B, B A, ...
-                    client = clients[name]
-                    probe = RunProbe(engines[name].pid, reader=reader)
-                    probe.start()
-                    try:
-                        run = await eb._throughput(client, streams, tokens)
-                    finally:
-                        run_probe = await asyncio.to_thread(probe.stop, tokens=tokens * streams)
-                    runs[name][streams].append({**run, "probe": run_probe})
-    finally:
-        if reader is not None:
-            reader.close()
-    out: dict[str, dict[str, Any]] = {}
-    for name, by in runs.items():
-        out[name] = {
-            "stream1_tok_s": round(statistics.median(r["tok_s"] for r in by[1]), 1),
-            "stream16_tok_s": round(statistics.median(r["tok_s"] for r in by[16]), 1),
-            "stream1_runs": [round(r["tok_s"], 1) for r in by[1]],
-            "stream16_runs": [round(r["tok_s"], 1) for r in by[16]],
-            "stream1_ttft_s": round(statistics.median(r["ttft_s"] for r in by[1]), 4),
-            "stream16_ttft_s": round(statistics.median(r["ttft_s"] for r in by[16]), 4),
-            "tokens_per_stream": tokens, "repeats": repeats,
-            "stream1_probes": [r["probe"] for r in by[1]],
-            "stream16_probes": [r["probe"] for r in by[16]],
-        }
-    return out
-
-
-def launcher_facts(launcher: EngineLauncher) -> dict[str, Any]:
-    argv = launcher.command()
-    return {"start_s": round(launcher.started_s or 0, 1), "flags": argv[argv.index("serve") + 2:],
-            "sizing_notes": list(launcher.sizing.notes) if launcher.sizing else [],
-            "environment_notes": list(launcher.env_notes)}
-
-
-# --------------------------------------------------------------------------- nvml_vs_smi under the engine
-async def nvml_under_engine(http, launcher: EngineLauncher, seconds: float) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    from workstation.telemetry.nvml import GpuState, NvmlReader
-    from workstation.tuning.loadgen import LoadGenerator
-    from workstation.tuning.results import Workload
-
-    nv = _load("nvml_vs_smi")
-    reader = NvmlReader()
-    if reader.open() is not GpuState.OK:
-        return {"skipped": reader.message}
-    fields = nv.smi_fields()
-    idle = await asyncio.to_thread(nv.run_phase, "idle", reader, fields, 3.0, launcher.pid)
-    load = Workload(kind="synthetic", concurrency=64, input_len=256, output_len=256, duration_s=seconds + 6,
-                    warmup_s=0.0)
-    rows: list[dict] = []
-    done = threading.Event()
-
-    def compare() -> None:
-        time.sleep(3.0)  # let the load settle
-        rows.extend(nv.run_phase("engine load", reader, fields, seconds, launcher.pid))
-        done.set()
-
-    thread = threading.Thread(target=compare, name="nvml-compare")
-    thread.start()
-    result = await LoadGenerator(http, launcher.endpoint, load).run()
-    await asyncio.to_thread(thread.join)
-    reader.close()
-    summary = nv.summarize(idle + rows)
-    engine_pids = sorted({p for r in rows for g in r["gpus"].values() for p in g.get("engine_pids", [])})
-    all_pids = sorted({p for r in rows for g in r["gpus"].values() for p in g.get("pids", [])})
-    mem = [g.get("engine_memory_mib") for r in rows for g in r["gpus"].values() if g.get("engine_memory_mib")]
-    return {
-        "fields": {k: {"max_abs_diff": v["max_abs_diff"], "mean_abs_diff": v["mean_abs_diff"],
-                       "mean_nvml": v["mean_nvml"], "mean_smi": v["mean_smi"], "n": v["n"]} for k, v in summary.items()},
-        "attribution": {"engine_root_pid": launcher.pid, "engine_pids_seen": engine_pids, "gpu_pids_seen": all_pids,
-                        "all_gpu_processes_are_the_engines": bool(all_pids) and set(all_pids) <= set(engine_pids),
-                        "engine_memory_mib_max": max(mem) if mem else None},
-        "load": {"output_tok_s": round(result.output_tok_s, 1), "workload": load.describe()},
-        "seconds_compared": len(rows),
-    }
-
-
-# --------------------------------------------------------------------------- fleet + capture
-class ShapeCapture:
-    """Records a fleet's model traffic as a traffic shape (what the tuner replays)."""
-
-    def __init__(self, http, endpoint, name: str) -> None:  # type: ignore[no-untyped-def]
-        from workstation.tuning.capture import TrafficRecorder
-
-        self.recorder = TrafficRecorder(name, http=http, endpoint=endpoint)
-
-    async def attach(self, fleet) -> None:  # type: ignore[no-untyped-def]
-        self.recorder.attach_fleet(fleet)
-        await self.recorder.start()
-
-    async def detach(self) -> None:
-        await self.recorder.stop()
-        self.recorder.detach_all()
-
-    def shape(self):  # type: ignore[no-untyped-def]
-        from workstation.tuning.fleet_capture import estimate_common_prefix
-
-        self.recorder.common_prefix_tokens = estimate_common_prefix(self.recorder)
-        return self.recorder.shape()
-
-
-async def fleet_and_capture(http, endpoint, *, sessions: int, max_steps: int, timeout_s: float,
-                            store) -> dict[str, Any]:  # type: ignore[no-untyped-def]
-    fr = _load("fleet_run")
-    capture = ShapeCapture(http, endpoint, "gpu-fleet-32")
-    args = argparse.Namespace(sessions=sessions, max_steps=max_steps, temperature=None, timeout_s=timeout_s,
-                              keep=False)
-    result = await fr.run(args, endpoint, observe=capture)
-    result["aggregate_tok_s"] = result["generated_tok_s"]
-    shape = capture.shape()
-    store.save_shape(shape)
-    result["shape"] = {"name": shape.name, "summary": shape.summary_line(), "requests": shape.requests,
-                       "prompt_tokens_p50": shape.prompt_tokens.p50, "completion_tokens_p50": shape.completion_tokens.p50,
-                       "concurrency_p90": shape.concurrency_p90, "common_prefix_tokens": shape.common_prefix_tokens}
-    return result
-
-
 # --------------------------------------------------------------------------- parts
 async def part_bench(args: argparse.Namespace, results: Results, deadline: float) -> None:
     from workstation.tuning.store import TuningStore
@@ -274,17 +105,26 @@ async def part_bench(args: argparse.Namespace, results: Results, deadline: float
     tokens, repeats = (512, 7) if not args.dry_run else (32, 3)
     bench: dict[str, Any] = results.data.get("engine_bench", {})
     async with make_http_client() as http:
-        for profile in ("default", "vllm-defaults"):
-            launcher = Launchers(settings, engine, model)(profile, log_dir=settings.logs_dir / f"gpu-{profile}")
-            say(f"starting the engine with profile '{profile}'")
+        # vllm-defaults first: in both H200 runs of 2026-12-01 `default` ran first on a fresh
+        # machine and measured 80-91 % of vllm-defaults at 1 stream, with flags that differ at
+        # batch 1 only in --max-num-seqs; the third engine (`default` with vllm's 1,024) tells
+        # the order from that flag
+        for name, profile, extra in (("vllm-defaults", "vllm-defaults", None), ("default", "default", None),
+                                     (PROBE_ENGINE, "default", ["--max-num-seqs", "1024"])):
+            if name == PROBE_ENGINE and deadline - time.monotonic() < 200:
+                say(f"no time left for '{name}'")
+                continue
+            launcher = Launchers(settings, engine, model)(profile, log_dir=settings.logs_dir / f"gpu-{safe(name)}",
+                                                         **({"extra_args": extra} if extra else {}))
+            say(f"starting the engine '{name}'")
             try:
                 await launcher.start(lambda m: say(f"  {m}"))
-                figures = {**(await stream_figures(http, {profile: launcher}, tokens=tokens, repeats=repeats))[profile],
+                figures = {**(await stream_figures(http, {name: launcher}, tokens=tokens, repeats=repeats))[name],
                            **launcher_facts(launcher)}
-                bench[profile] = figures
+                bench[name] = figures
                 results.put("engine_bench", bench)
-                say(f"  {profile}: 1 stream {figures['stream1_tok_s']} tok/s, 16 streams {figures['stream16_tok_s']} tok/s")
-                if profile != "default":
+                say(f"  {name}: 1 stream {figures['stream1_tok_s']} tok/s, 16 streams {figures['stream16_tok_s']} tok/s")
+                if name != "default":
                     continue
                 if not args.dry_run:
                     say("nvml_vs_smi with the engine as the GPU's user")
@@ -307,15 +147,38 @@ async def part_bench(args: argparse.Namespace, results: Results, deadline: float
                     f"tool calls mean {fleet['tool_calls_mean']}")
             finally:
                 await launcher.stop()
-        d, v = bench.get("default"), bench.get("vllm-defaults")
-        if d and v:
-            bench["default_vs_vllm_defaults"] = {k: round(d[k] / v[k], 3) for k in ("stream1_tok_s", "stream16_tok_s")}
-            results.put("engine_bench", bench)
+        v = bench.get("vllm-defaults")
+        for name, key in (("default", "default_vs_vllm_defaults"), (PROBE_ENGINE, "probe_vs_vllm_defaults")):
+            d = bench.get(name)
+            if d and v:
+                bench[key] = {k: round(d[k] / v[k], 3) for k in ("stream1_tok_s", "stream16_tok_s")}
+        results.put("engine_bench", bench)
 
 
-def tune_setup(args: argparse.Namespace, *, candidates: bool):  # type: ignore[no-untyped-def]
+@dataclass(frozen=True)
+class TuneSetup:
     """What both tuning parts need: the engine, the model, the baseline and reference, the
-    candidates (or none), the side-by-side share, and the two workloads."""
+    candidates (or none), the side-by-side share, and the workloads (result key, name,
+    workload, shape)."""
+
+    settings: Any
+    engine: Any
+    model: Any
+    store: Any
+    baseline: Any
+    reference: Any
+    traits: Any
+    help_flags: set[str] | None
+    candidates: list[Any]
+    side: Any
+    gpus: list[Any]
+    workloads: tuple[tuple[str, str, Any, Any], ...]
+    logs: Path
+    repeats: int
+
+
+def tune_setup(args: argparse.Namespace, *, candidates: bool) -> TuneSetup:
+    """The :class:`TuneSetup` the arguments ask for."""
     from workstation.engine.environment import engine_help_text
     from workstation.engine.flags import known_flags
     from workstation.tuning.autotune import candidates_for
@@ -363,27 +226,35 @@ def tune_setup(args: argparse.Namespace, *, candidates: bool):  # type: ignore[n
         from workstation.tuning.bench import tuning_settings
 
         tune_settings = tuning_settings(settings, kv_cache_gib=args.kv_gib)
-    workloads = (("tune", f"captured agent shape '{shape_name}'", agent, shape),
-                 ("tune_cline", "Cline's 512/512 x 256", cline, None))
-    return (tune_settings, engine, model, store, baseline, reference, traits, help_flags, cands, side, gpus,
-            workloads, settings.logs_dir)
+    sfx = args.suffix
+    workloads = tuple(w for w in (("agent", f"tune{sfx}", f"captured agent shape '{shape_name}'", agent, shape),
+                                  ("cline", f"tune_cline{sfx}", "Cline's 512/512 x 256", cline, None))
+                      if w[0] in args.workloads.split(","))
+    workloads = tuple(w[1:] for w in workloads)
+    return TuneSetup(tune_settings, engine, model, store, baseline, reference, traits, help_flags, cands, side, gpus,
+                     workloads, settings.logs_dir, args.repeats)
 
 
-def make_tuner(services, setup):  # type: ignore[no-untyped-def]
-    (tune_settings, engine, model, store, baseline, reference, traits, help_flags, cands, side, gpus, _w,
-     logs) = setup
-    tuner = services.screening_tuner(tune_settings, engine, model, baseline, traits=traits, help_flags=help_flags,
-                                     candidates=cands, side=side, references=[reference], store=store,
-                                     log_dir=logs / "gpu-tune", gpu_memory=lambda: gpus,
-                                     sessions=max(32, max(w.concurrency for _k, _n, w, _s in setup[11])))
+def make_tuner(services, setup: TuneSetup):  # type: ignore[no-untyped-def]
+    su = setup
+    tuner = services.screening_tuner(su.settings, su.engine, su.model, su.baseline, traits=su.traits,
+                                     help_flags=su.help_flags, candidates=su.candidates, side=su.side,
+                                     references=[su.reference], store=su.store, log_dir=su.logs / "gpu-tune",
+                                     gpu_memory=lambda: su.gpus,
+                                     sessions=max(32, max((w.concurrency for _k, _n, w, _s in su.workloads), default=32)),
+                                     repeats=su.repeats)
     tuner.progress.connect(say)
+    from run_probe import RunProbe
+
+    reader = _nvml_reader()
+    tuner.run_probe = lambda launcher: RunProbe(launcher.pid, reader=reader)
     return tuner
 
 
 async def part_tune(args: argparse.Namespace, results: Results, deadline: float) -> None:
     setup = await asyncio.to_thread(tune_setup, args, candidates=True)
-    cands, side, workloads = setup[8], setup[9], setup[11]
-    async with Services(setup[0]) as services:
+    cands, side, workloads = setup.candidates, setup.side, setup.workloads
+    async with Services(setup.settings) as services:
         tuner = make_tuner(services, setup)
         say(f"candidates: {', '.join(c.change for c in cands)}")
         t0 = time.monotonic()
@@ -391,12 +262,13 @@ async def part_tune(args: argparse.Namespace, results: Results, deadline: float)
             try:
                 await tuner.start()
             finally:
-                results.put("tune_engines", {
+                results.put(f"tune_engines{args.suffix}", {
                     "count": len(tuner.trials), "start_wall_s": round(time.monotonic() - t0, 1),
                     "side_by_side": {"kv_cache_gib": args.kv_gib, "gpu_memory_utilization": side.gpu_memory_utilization},
                     "starts": {t.label: t.start_s for t in tuner.trials},
                     "errors": {t.label: t.error for t in tuner.trials if t.error}})
-            await paired_bench(args, results, tuner)
+            if args.paired:
+                await paired_bench(args, results, tuner)
             screenings = []
             for key, name, workload, wshape in workloads:
                 if time.monotonic() + _round_s(tuner, workload) > deadline:
@@ -411,6 +283,8 @@ async def part_tune(args: argparse.Namespace, results: Results, deadline: float)
                 if len(screening.kept) > 1 and time.monotonic() + 90 + _round_s(tuner, screening.workload, 3) < deadline:
                     await tuner.confirm(screening)
                     results.put(key, tune_json(screening, tuner))
+            if args.fleets:
+                await fleets_on_speculation(args, results, tuner, deadline)
         finally:
             await tuner.close()
 
@@ -446,14 +320,14 @@ async def part_confirm(args: argparse.Namespace, results: Results, deadline: flo
     from workstation.tuning.screening import Screening
 
     setup = await asyncio.to_thread(tune_setup, args, candidates=False)
-    workloads = setup[11]
+    workloads = setup.workloads
     todo = [(key, name, w, shape) for key, name, w, shape in workloads
             if len((results.data.get(key) or {}).get("kept_changes", [])) > 1
             and (results.data[key].get("detail") or {}).get("round") == 1]
     if not todo:
         say("nothing to confirm: no shape kept two or more changes")
         return
-    async with Services(setup[0]) as services:
+    async with Services(setup.settings) as services:
         tuner = make_tuner(services, setup)
         try:
             await tuner.start()
@@ -539,6 +413,13 @@ def main() -> int:
                                       "(default: the first --candidates the tuner offers)")
     ap.add_argument("--kv-gib", type=float, default=8.0, help="KV cache of each side-by-side engine")
     ap.add_argument("--window-s", type=float, default=8.0, help="measurement window per run")
+    ap.add_argument("--workloads", default="agent,cline", help="tune: which shapes, of agent,cline")
+    ap.add_argument("--repeats", type=int, default=3, help="tune: runs per engine and shape (at least 3)")
+    ap.add_argument("--suffix", default="", help="tune: appended to the result keys (a second round of a machine)")
+    ap.add_argument("--no-fleets", dest="fleets", action="store_false",
+                    help="tune: skip the real fleets on the speculating engines")
+    ap.add_argument("--no-paired", dest="paired", action="store_false",
+                    help="tune: skip engine_bench on the baseline and vllm-defaults side by side")
     ap.add_argument("--dry-run", action="store_true", help="a rehearsal on this machine's engine, sizes shrunk")
     args = ap.parse_args()
     if args.dry_run:

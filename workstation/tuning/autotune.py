@@ -127,6 +127,9 @@ def candidates_for(platform: str, traits: ModelTraits, *, concurrency: int, base
             # an H200, agent shape: 3 drafts +14-19 %, below the noise bar of that round)
             Candidate.of(["--speculative-config", _spec("ngram_gpu", 5, prompt_lookup_max=5, prompt_lookup_min=2)],
                          label="n-gram speculation (GPU), 5 tokens"),
+            # an agent copying a file it read copies far more than 5 tokens in a row
+            Candidate.of(["--speculative-config", _spec("ngram_gpu", 8, prompt_lookup_max=5, prompt_lookup_min=2)],
+                         label="n-gram speculation (GPU), 8 tokens"),
             Candidate.of(["--max-cudagraph-capture-size", "1024"], label="CUDA graphs up to 1,024 tokens"),
             Candidate.of(["--kv-cache-dtype", "fp8"], label="fp8 KV cache"),
             Candidate.of(["--prefix-caching-hash-algo", "xxhash"], label="prefix hash xxhash"),
