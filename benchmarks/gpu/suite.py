@@ -7,8 +7,8 @@
 Parts (each fits one device call of at most ten minutes; ``--budget-s`` bounds it):
 
 - ``bench``: ``engine_bench`` streams (1 and 16 at a time, seven repeats, medians) for
-  ``vllm-defaults``, the app's ``default`` and ``default`` with vLLM's own batch of 1,024
-  sequences, each on an engine the app's launcher starts alone on the GPU, every run watched by
+  ``vllm-defaults`` and the app's ``default`` (``--batch-engine``: also ``default`` with vLLM's
+  own batch of 1,024 sequences), each on an engine the app's launcher starts alone on the GPU, every run watched by
   a probe (GPU clock, each engine process's CPU per token, the cores it ran on); on the
   ``default`` engine also ``nvml_vs_smi`` with the engine under load as the GPU's user (its
   processes attributed through the process tree), ``meter_vs_bench`` (the app's throughput
@@ -109,8 +109,10 @@ async def part_bench(args: argparse.Namespace, results: Results, deadline: float
         # machine and measured 80-91 % of vllm-defaults at 1 stream, with flags that differ at
         # batch 1 only in --max-num-seqs; the third engine (`default` with vllm's 1,024) tells
         # the order from that flag
-        for name, profile, extra in (("vllm-defaults", "vllm-defaults", None), ("default", "default", None),
-                                     (PROBE_ENGINE, "default", ["--max-num-seqs", "1024"])):
+        engines = [("vllm-defaults", "vllm-defaults", None), ("default", "default", None)]
+        if args.batch_engine:
+            engines.append((PROBE_ENGINE, "default", ["--max-num-seqs", "1024"]))
+        for name, profile, extra in engines:
             if name == PROBE_ENGINE and deadline - time.monotonic() < 200:
                 say(f"no time left for '{name}'")
                 continue
@@ -177,8 +179,23 @@ class TuneSetup:
     repeats: int
 
 
-def tune_setup(args: argparse.Namespace, *, candidates: bool) -> TuneSetup:
-    """The :class:`TuneSetup` the arguments ask for."""
+def best_changes(previous: dict[str, Any], key: str = "tune") -> list[str]:
+    """What a second round on the same machine re-measures (``--changes @best``): the kept
+    changes of the agent round already in the results, or its best-measured change when none
+    was kept."""
+    saved = previous.get(key) or {}
+    kept = [k["change"] for k in saved.get("kept_changes", [])]
+    if kept:
+        return kept
+    steps = [s for s in saved.get("steps", []) if s.get("step", 0) > 0 and s.get("output_tok_s")
+             and not s["change"].startswith("combined")]
+    if not steps:
+        raise SystemExit(f"--changes @best: no round under '{key}' in the results yet")
+    return [max(steps, key=lambda s: s["output_tok_s"])["change"]]
+
+
+def tune_setup(args: argparse.Namespace, *, candidates: bool, previous: dict[str, Any] | None = None) -> TuneSetup:
+    """The :class:`TuneSetup` the arguments ask for (``previous``: the results so far)."""
     from workstation.engine.environment import engine_help_text
     from workstation.engine.flags import known_flags
     from workstation.tuning.autotune import candidates_for
@@ -201,7 +218,8 @@ def tune_setup(args: argparse.Namespace, *, candidates: bool) -> TuneSetup:
     base_args, _ = effective(baseline, {}, platform=engine.platform)
     offered = candidates_for(engine.platform, traits, concurrency=32, base_args=base_args)
     if args.changes:
-        wanted = [c.strip() for c in args.changes.split(";") if c.strip()]
+        wanted = (best_changes(previous or {}) if args.changes == "@best"
+                  else [c.strip() for c in args.changes.split(";") if c.strip()])
         by_label = {c.change: c for c in offered}
         unknown = [w for w in wanted if w not in by_label]
         if unknown:
@@ -252,7 +270,7 @@ def make_tuner(services, setup: TuneSetup):  # type: ignore[no-untyped-def]
 
 
 async def part_tune(args: argparse.Namespace, results: Results, deadline: float) -> None:
-    setup = await asyncio.to_thread(tune_setup, args, candidates=True)
+    setup = await asyncio.to_thread(tune_setup, args, candidates=True, previous=results.data)
     cands, side, workloads = setup.candidates, setup.side, setup.workloads
     async with Services(setup.settings) as services:
         tuner = make_tuner(services, setup)
@@ -298,14 +316,20 @@ async def paired_bench(args: argparse.Namespace, results: Results, tuner) -> Non
     ref = next((t for t in tuner.trials if t.reference and t.launcher is not None), None)
     if base.launcher is None or ref is None:
         return
+    engines = {"default": base.launcher, "vllm-defaults": ref.launcher}
+    # the round's `--max-num-seqs 1024` engine, where it screens, is `default` with vLLM's batch
+    batch = next((t for t in tuner.trials if t.label == "--max-num-seqs 1024" and t.launcher is not None), None)
+    if batch is not None:
+        engines[PROBE_ENGINE] = batch.launcher
     tokens, repeats = (512, 7) if not args.dry_run else (32, 3)
-    say("engine_bench side by side: default and vllm-defaults in turns")
-    figures: dict[str, Any] = await stream_figures(
-        tuner.http, {"default": base.launcher, "vllm-defaults": ref.launcher}, tokens=tokens, repeats=repeats)
-    d, v = figures["default"], figures["vllm-defaults"]
-    figures["default_vs_vllm_defaults"] = {k: round(d[k] / v[k], 3) for k in ("stream1_tok_s", "stream16_tok_s")}
-    figures["method"] = ("both engines up at once with the round's memory share (KV cache "
-                         f"{args.kv_gib:g} GiB each), runs alternating default / vllm-defaults")
+    say(f"engine_bench side by side: {', '.join(engines)} in turns")
+    figures: dict[str, Any] = await stream_figures(tuner.http, engines, tokens=tokens, repeats=repeats)
+    v = figures["vllm-defaults"]
+    for name, key in (("default", "default_vs_vllm_defaults"), (PROBE_ENGINE, "probe_vs_vllm_defaults")):
+        if name in figures:
+            figures[key] = {k: round(figures[name][k] / v[k], 3) for k in ("stream1_tok_s", "stream16_tok_s")}
+    figures["method"] = ("engines up at once with the round's memory share (KV cache "
+                         f"{args.kv_gib:g} GiB each), runs in turns, the order turning each repeat")
     bench = results.data.get("engine_bench", {})
     bench["side_by_side"] = figures
     results.put("engine_bench", bench)
@@ -410,9 +434,13 @@ def main() -> int:
     ap.add_argument("--shape", help="captured shape to tune for (default: the bench part's)")
     ap.add_argument("--candidates", type=int, default=4, help="how many candidate changes (side by side)")
     ap.add_argument("--changes", help="the candidate changes to screen, by label, separated by ';' "
-                                      "(default: the first --candidates the tuner offers)")
+                                      "(default: the first --candidates the tuner offers; @best: the "
+                                      "kept or best change of the agent round already measured here)")
     ap.add_argument("--kv-gib", type=float, default=8.0, help="KV cache of each side-by-side engine")
     ap.add_argument("--window-s", type=float, default=8.0, help="measurement window per run")
+    ap.add_argument("--batch-engine", action="store_true",
+                    help="bench: a third engine, default with vLLM's 1,024 sequences (tune: screen "
+                         "'--max-num-seqs 1024' for the same, side by side)")
     ap.add_argument("--workloads", default="agent,cline", help="tune: which shapes, of agent,cline")
     ap.add_argument("--repeats", type=int, default=3, help="tune: runs per engine and shape (at least 3)")
     ap.add_argument("--suffix", default="", help="tune: appended to the result keys (a second round of a machine)")
