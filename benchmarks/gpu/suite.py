@@ -199,7 +199,7 @@ def tune_setup(args: argparse.Namespace, *, candidates: bool, previous: dict[str
     from workstation.engine.environment import engine_help_text
     from workstation.engine.flags import known_flags
     from workstation.tuning.autotune import candidates_for
-    from workstation.tuning.checks import model_traits
+    from workstation.tuning.checks import agents_constrain_output, model_traits
     from workstation.tuning.loadgen import workload_from_shape
     from workstation.tuning.results import Workload
     from workstation.tuning.screening import SideBySide
@@ -213,7 +213,8 @@ def tune_setup(args: argparse.Namespace, *, candidates: bool, previous: dict[str
     shape = store.load_shape(shape_name)
     baseline = flatten(PRESETS["default"], PRESETS, platform=engine.platform)
     reference = flatten(PRESETS["vllm-defaults"], PRESETS, platform=engine.platform)
-    traits = model_traits(model.served_name, model.config_json)
+    traits = model_traits(model.served_name, model.config_json,
+                          structured_outputs=agents_constrain_output(settings, model))
     help_flags = known_flags(engine_help_text(engine, settings.cache_dir))
     base_args, _ = effective(baseline, {}, platform=engine.platform)
     offered = candidates_for(engine.platform, traits, concurrency=32, base_args=base_args)

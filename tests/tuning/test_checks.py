@@ -1,9 +1,12 @@
+import json
+
 import pytest
 
 from tests.helpers.prerequisites import installed_engine, prepared_model
 from workstation.core.profiles import PRESETS, Profile, effective
 from workstation.tuning.checks import (
     Severity,
+    agents_constrain_output,
     check_profile,
     check_resolved,
     model_traits,
@@ -144,3 +147,44 @@ def test_real_check_of_a_typo_and_of_the_ladder_on_this_machine(installed):
     if engine.platform == "cpu":
         assert "forces async scheduling off" in text
     assert check_against_engine(settings, engine, model, PRESETS["default"], PRESETS).ok
+
+
+NGRAM_GPU = ["--speculative-config", '{"method":"ngram_gpu","num_speculative_tokens":8,"prompt_lookup_max":5}']
+
+
+def test_gpu_ngram_drafts_are_refused_where_agents_hold_replies_to_a_schema():
+    def check(args, guided):
+        return check_profile(args, {}, platform="cuda", engine_version="0.26.0", help_flags=HELP | {"--no-async-scheduling"},
+                             traits=model_traits("m", LLAMA, structured_outputs=guided))
+
+    refused = messages(check(NGRAM_GPU, True), Severity.ERROR)
+    assert len(refused) == 1 and "#49694" in refused[0] and "guided protocol" in refused[0]
+    # a model the agents do not constrain, an unknown one, async scheduling off: no refusal
+    assert not messages(check(NGRAM_GPU, False), Severity.ERROR)
+    assert not messages(check(NGRAM_GPU, None), Severity.ERROR)
+    assert not messages(check([*NGRAM_GPU, "--no-async-scheduling"], True), Severity.ERROR)
+    # drafts of the CPU engine's own n-gram method are another code path
+    cpu = ["--speculative-config", '{"method":"ngram","num_speculative_tokens":3}']
+    assert not messages(check(cpu, True), Severity.ERROR)
+
+
+def test_the_guided_rule_follows_the_agents_protocol_choice(tmp_path):
+    from workstation.config import Settings
+    from workstation.engine.models import ModelSpec
+
+    def spec(name, config):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps(config))
+        return ModelSpec(served_name=name, source=str(folder), local_dir=folder)
+
+    small = {**LLAMA, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+             "num_attention_heads": 9, "num_key_value_heads": 3}
+    big = {**LLAMA, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+           "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256}
+    settings = Settings()
+    assert agents_constrain_output(settings, spec("tiny-llama", small)) is True
+    assert agents_constrain_output(settings, spec("llama-8b", big)) is False
+    # the setting moves the line
+    settings.agent.guided_max_parameters = 10_000_000
+    assert agents_constrain_output(settings, spec("tiny-llama-2", small)) is False

@@ -15,7 +15,7 @@ from workstation.engine.flags import known_flags
 from workstation.engine.models import ModelSpec, resolve_model
 from workstation.tuning.autotune import Candidate, candidates_for
 from workstation.tuning.bench import tuning_settings
-from workstation.tuning.checks import ModelTraits, model_traits
+from workstation.tuning.checks import ModelTraits, agents_constrain_output, model_traits
 from workstation.tuning.results import Workload
 from workstation.tuning.store import TuningStore
 
@@ -45,7 +45,8 @@ async def plan_tune(settings: Settings, store: TuningStore, workload: Workload, 
     spec = resolve_model(trial, model)
     baseline, _ = store.resolve(profile or settings.engine.profile, platform=engine.platform)
     help_flags = known_flags(await asyncio.to_thread(engine_help_text, engine, settings.cache_dir))
-    traits = model_traits(spec.served_name, spec.config_json)
+    guided = await asyncio.to_thread(agents_constrain_output, settings, spec)
+    traits = model_traits(spec.served_name, spec.config_json, structured_outputs=guided)
     kv = int((trial.engine.kv_cache_gib or 0) * (1 << 30)) or None
     candidates = candidates_for(engine.platform, traits, concurrency=workload.concurrency,
                                 base_args=list(baseline.args), kv_cache_bytes=kv)
