@@ -283,7 +283,7 @@ async def fleets_on_speculation(args: argparse.Namespace, results, tuner, deadli
             "tool_calls_mean": run.get("tool_calls_mean"), "prefix_hit_rate": run.get("prefix_hit_rate"),
             "spec_draft_tokens": drafts, "spec_accepted_tokens": accepted,
             "spec_acceptance_rate": round(accepted / drafts, 4) if drafts and accepted is not None else None,
-            "states": run.get("states"),
+            "states": run.get("states"), "why_not_done": run.get("why_not_done"),
         }
         results.put("fleet_on_trials", out)
         say(f"  {trial.label}: {run.get('generated_tok_s')} tok/s, drafts accepted "
