@@ -62,6 +62,20 @@ async def test_text_tool_calls_finish_and_usage_arrive_whole_and_in_order(client
     assert len(records) == 1 and records[0].ok and records[0].ttft_s is not None
 
 
+async def test_a_request_for_several_choices_is_recorded_with_its_n(client_for):
+    """The guided agent asks for ``n`` drafts in one request: its record says so, on both paths,
+    so a captured shape replays n sequences instead of one of their summed length."""
+    records = []
+    async with client_for() as make, ScriptedServer([Reply(text="a"), Reply(text="b")]) as server:
+        client = make(server.endpoint, observers=[records.append])
+        async for _ in client.stream_chat(MESSAGES, max_tokens=8, extra={"n": 3}):
+            pass
+        async for _ in client.stream_chat(MESSAGES, max_tokens=8):
+            pass
+    assert [r.choices for r in records] == [3, 1]
+    assert all(r.ok for r in records)
+
+
 @pytest.mark.parametrize("fault, error, words", [
     (Fault.http(500, "scripted engine crash"), EngineHTTPError, "HTTP 500: scripted engine crash"),
     (Fault.http(429, "too many"), EngineHTTPError, "HTTP 429"),

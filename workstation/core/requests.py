@@ -23,3 +23,5 @@ class RequestRecord:
     """Largest silence between two chunks of the stream."""
     ok: bool
     error: str | None = None
+    choices: int = 1
+    """Sequences the request asked for (its ``n``); ``completion_tokens`` counts them all."""

@@ -125,8 +125,9 @@ class ChatClient:
             body.update(extra)
         url = endpoint.v1 + "/chat/completions"
         headers = {**self._headers(endpoint), "Content-Type": "application/json"}
+        choices = max(1, int(body.get("n") or 1))
         if self.streams is not None:
-            async for delta in self._via_worker(endpoint, model, url, orjson.dumps(body), headers):
+            async for delta in self._via_worker(endpoint, model, url, orjson.dumps(body), headers, choices):
                 yield delta
             return
         started = time.monotonic()
@@ -185,10 +186,10 @@ class ChatClient:
             raise
         finally:
             if self.observers:
-                self._report(endpoint, model, started, first, max_gap, usage, error)
+                self._report(endpoint, model, started, first, max_gap, usage, error, choices)
 
     async def _via_worker(self, endpoint: Endpoint, model: str, url: str, body: bytes,
-                          headers: dict[str, str]) -> AsyncIterator[ChatDelta]:
+                          headers: dict[str, str], choices: int) -> AsyncIterator[ChatDelta]:
         assert self.streams is not None
         started = time.monotonic()
         handle = self.streams.open(url, body, headers)
@@ -203,11 +204,12 @@ class ChatClient:
             if self.observers:
                 result = handle.result
                 self._report(endpoint, model, started, result.first_s if result else None,
-                             result.max_gap_s if result else 0.0, result.usage if result else None, error)
+                             result.max_gap_s if result else 0.0, result.usage if result else None, error,
+                             choices)
 
     def _report(
         self, endpoint: Endpoint, model: str, started: float, first: float | None, max_gap: float,
-        usage: Usage | None, error: str | None,
+        usage: Usage | None, error: str | None, choices: int,
     ) -> None:
         record = RequestRecord(
             endpoint=endpoint.base_url, model=model, session_id=self.session_id,
@@ -215,7 +217,7 @@ class ChatClient:
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
             cached_tokens=usage.cached_tokens if usage else 0,
-            max_gap_s=max_gap, ok=error is None, error=error,
+            max_gap_s=max_gap, ok=error is None, error=error, choices=choices,
         )
         for observer in self.observers:
             observer(record)
