@@ -11,10 +11,10 @@ from workstation.core.traffic import (
 )
 
 
-def rec(sid, start, dur, prompt, out, cached=0, ok=True):
+def rec(sid, start, dur, prompt, out, cached=0, ok=True, choices=1):
     return RequestRecord(endpoint="http://x", model="m", session_id=sid, started_s=start, ttft_s=0.1,
                          duration_s=dur, prompt_tokens=prompt, completion_tokens=out, cached_tokens=cached,
-                         max_gap_s=0.05, ok=ok, error=None if ok else "boom")
+                         max_gap_s=0.05, ok=ok, error=None if ok else "boom", choices=choices)
 
 
 def test_percentile_interpolates():
@@ -78,6 +78,34 @@ def test_round_trip_and_refusals():
     assert "2 requests" in shape.summary_line()
     with pytest.raises(ValueError, match="no finished requests"):
         shape_from_records("empty", [rec("a", 0, 1, 10, 1, ok=False)])
+
+
+def test_requests_for_several_sequences_keep_their_n_in_the_trace_and_the_summary():
+    records = [rec("a", 0, 1, 100, 10), rec("a", 1, 1, 150, 402, choices=6), rec("a", 3, 1, 300, 12),
+               rec("b", 0, 1, 100, 300, choices=4)]
+    shape = shape_from_records("s", records)
+    by_session = dict(shape.trace)
+    assert [(r.completion_tokens, r.choices) for r in by_session["a"]] == [(10, 1), (402, 6), (12, 1)]
+    assert by_session["b"][0].choices == 4
+    assert shape.multi_choice_requests == 2 and shape.choices.p50 == 5 and shape.choices.max == 6
+    assert "2 requests for several sequences (n p50 5 / max 6)" in shape.summary_line()
+    assert TrafficShape.from_dict(shape.to_dict()) == shape
+    # the history goes on with one of the six sequences (67 tokens), not all 402 of them
+    assert shape.shared_prefix_share == pytest.approx((110 + 150 + 67) / 650)
+    plain = shape_from_records("p", [rec("a", 0, 1, 100, 10)])
+    assert plain.multi_choice_requests == 0 and "several sequences" not in plain.summary_line()
+
+
+def test_a_shape_saved_before_choices_loads_with_one_each():
+    d = shape_from_records("old", [rec("a", 0, 1, 100, 10), rec("a", 1, 1, 150, 10)]).to_dict()
+    d["version"] = 1
+    d.pop("choices")
+    d.pop("multi_choice_requests")
+    for s in d["trace"]:
+        s["requests"] = [r[:4] for r in s["requests"]]
+    loaded = TrafficShape.from_dict(d)
+    assert [r.choices for _, reqs in loaded.trace for r in reqs] == [1, 1]
+    assert loaded.multi_choice_requests == 0 and loaded.requests == 2
 
 
 def test_largest_token_gap_only_counts_requests_in_the_window():

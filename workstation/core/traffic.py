@@ -16,7 +16,9 @@ depends on the traffic). It is computed from :class:`~workstation.core.requests.
   knows their length (``common_prefix_tokens``). It is what an unbounded prefix cache could hit.
 - the prefix-cache hit rate the server really achieved: cached / prompt tokens where the
   server reports cached tokens, else whatever the capture measured on ``/metrics``.
-- a bounded trace (per session: offset, prompt, completion tokens) that a benchmark replays.
+- how many requests asked for several sequences at once (``n``: a small model's guided
+  agent drafts six) and how many;
+- a bounded trace (per session: offset, prompt, completion tokens, choices) that a benchmark replays.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ from workstation.core.requests import RequestRecord
 
 TRACE_LIMIT = 5000
 SERIES_LIMIT = 600
-SHAPE_VERSION = 1
+SHAPE_VERSION = 2
+"""2: each trace request may carry its ``choices`` (version 1 shapes load with 1)."""
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float | None:
@@ -98,7 +101,10 @@ class TraceRequest:
     offset_s: float
     prompt_tokens: int
     completion_tokens: int
+    """All the request's sequences together (``choices`` of them)."""
     duration_s: float = 0.0
+    choices: int = 1
+    """Sequences asked for at once (the request's ``n``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +135,10 @@ class TrafficShape:
     source: str = ""
     """Where it was captured (``fleet``, ``chat-client``, ``synthetic`` …)."""
     notes: tuple[str, ...] = field(default=())
+    multi_choice_requests: int = 0
+    """Requests that asked for more than one sequence (``n`` > 1)."""
+    choices: Distribution = field(default_factory=lambda: Distribution.of(()))
+    """The ``n`` of those requests (empty when none)."""
 
     # ----- derived -----
     def suggested_concurrency(self) -> int:
@@ -143,8 +153,14 @@ class TrafficShape:
             f"output p50 {self.completion_tokens.p50:.0f} / p90 {self.completion_tokens.p90:.0f} tok, "
             f"concurrency mean {self.concurrency_mean:.1f} / p90 {self.concurrency_p90:.1f} / max "
             f"{self.concurrency_max}, {self.request_rate_per_s:.2f} req/s, shared prefix "
-            f"{100 * self.shared_prefix_share:.0f}%, cache hits {hit}"
+            f"{100 * self.shared_prefix_share:.0f}%, cache hits {hit}{self._choices_part()}"
         )
+
+    def _choices_part(self) -> str:
+        if not self.multi_choice_requests:
+            return ""
+        return (f", {self.multi_choice_requests} requests for several sequences "
+                f"(n p50 {self.choices.p50:.0f} / max {self.choices.max:.0f})")
 
     # ----- (de)serialisation -----
     def to_dict(self) -> dict[str, Any]:
@@ -162,11 +178,12 @@ class TrafficShape:
             "prefix_cache_source": self.prefix_cache_source,
             "common_prefix_tokens": self.common_prefix_tokens,
             "trace": [
-                {"session": sid, "requests": [[r.offset_s, r.prompt_tokens, r.completion_tokens, r.duration_s]
-                                              for r in reqs]}
+                {"session": sid, "requests": [[r.offset_s, r.prompt_tokens, r.completion_tokens, r.duration_s,
+                                               r.choices] for r in reqs]}
                 for sid, reqs in self.trace
             ],
             "source": self.source, "notes": list(self.notes),
+            "multi_choice_requests": self.multi_choice_requests, "choices": self.choices.to_dict(),
         }
 
     @classmethod
@@ -174,7 +191,7 @@ class TrafficShape:
         if int(d.get("version", 0)) > SHAPE_VERSION:
             raise ValueError("this traffic shape was written by a newer workstation")
         trace = tuple(
-            (str(s["session"]), tuple(TraceRequest(float(a), int(b), int(c), float(e)) for a, b, c, e in s["requests"]))
+            (str(s["session"]), tuple(_trace_request(r) for r in s["requests"]))
             for s in d.get("trace", ())
         )
         hit = d.get("prefix_cache_hit_rate")
@@ -192,7 +209,15 @@ class TrafficShape:
             prefix_cache_source=str(d.get("prefix_cache_source", "none")),
             common_prefix_tokens=int(d.get("common_prefix_tokens", 0)), trace=trace,
             source=str(d.get("source", "")), notes=tuple(str(n) for n in d.get("notes", ())),
+            multi_choice_requests=int(d.get("multi_choice_requests", 0)),
+            choices=Distribution.from_dict(d["choices"]) if d.get("choices") else Distribution.of(()),
         )
+
+
+def _trace_request(row: Sequence[Any]) -> TraceRequest:
+    """``[offset, prompt, completion, duration]`` (version 1) with ``choices`` after (version 2)."""
+    return TraceRequest(float(row[0]), int(row[1]), int(row[2]), float(row[3]),
+                        max(1, int(row[4])) if len(row) > 4 else 1)
 
 
 # --------------------------------------------------------------------------- statistics
@@ -225,12 +250,14 @@ def max_overlap(intervals: Iterable[tuple[float, float]]) -> int:
 
 
 def shared_prefix_tokens(session_requests: Sequence[RequestRecord]) -> int:
-    """Prompt tokens of one session's requests that repeat its previous request (append-only)."""
+    """Prompt tokens of one session's requests that repeat its previous request (append-only;
+    of a request for ``n`` sequences, one sequence's share goes on in the history)."""
     shared = 0
     prev: RequestRecord | None = None
     for rec in session_requests:
         if prev is not None and rec.prompt_tokens >= prev.prompt_tokens:
-            shared += min(prev.prompt_tokens + prev.completion_tokens, rec.prompt_tokens)
+            kept = math.ceil(prev.completion_tokens / max(1, prev.choices))
+            shared += min(prev.prompt_tokens + kept, rec.prompt_tokens)
         prev = rec
     return shared
 
@@ -304,7 +331,9 @@ def shape_from_records(
         kept = reqs[:budget]
         budget -= len(kept)
         trace.append((sid, tuple(TraceRequest(round(r.started_s - start, 3), r.prompt_tokens,
-                                              r.completion_tokens, round(r.duration_s, 3)) for r in kept)))
+                                              r.completion_tokens, round(r.duration_s, 3), max(1, r.choices))
+                                 for r in kept)))
+    multi = [r for r in ok if r.choices > 1]
     extra_notes = list(notes)
     if budget <= 0:
         extra_notes.append(f"trace cut at {TRACE_LIMIT} requests")
@@ -318,6 +347,7 @@ def shape_from_records(
         bin_s=bin_s * factor, shared_prefix_share=share, prefix_cache_hit_rate=hit,
         prefix_cache_source=hit_source, common_prefix_tokens=common_prefix_tokens,
         trace=tuple(trace), source=source, notes=tuple(extra_notes),
+        multi_choice_requests=len(multi), choices=Distribution.of(r.choices for r in multi),
     )
 
 
