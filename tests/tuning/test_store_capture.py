@@ -2,9 +2,7 @@ import json
 
 import pytest
 
-from workstation.core import agent_events as ev
 from workstation.core.errors import UserError
-from workstation.core.fleet_events import SessionAgentEvent
 from workstation.core.profiles import PRESETS, Profile, effective
 from workstation.core.requests import RequestRecord
 from workstation.core.traffic import shape_from_records
@@ -58,21 +56,51 @@ def test_shapes_are_stored_by_name(tmp_path):
         store.load_shape("missing")
 
 
-def test_recorder_turns_fleet_events_into_requests():
-    recorder = TrafficRecorder("f")
-    recorder.source = "fleet"
-    for sid, prompt in (("s1", 900), ("s2", 1000)):
-        recorder.on_agent_event(SessionAgentEvent(sid, 1, ev.TurnStarted(sid, 1)))
-        recorder.on_agent_event(SessionAgentEvent(sid, 2, ev.TextStreamed(sid, 1, "hi")))
-        recorder.on_agent_event(SessionAgentEvent(sid, 3, ev.UsageReported(sid, 1, prompt, 40, 512, prompt + 40, 8192)))
-        recorder.on_agent_event(SessionAgentEvent(sid, 4, ev.TurnFinished(sid, 1, "tool_calls", "", 1)))
-    recorder.on_agent_event(SessionAgentEvent("s3", 1, ev.TurnStarted("s3", 1)))
-    recorder.on_agent_event(SessionAgentEvent("s3", 2, ev.TurnFinished("s3", 1, "error", "", 0)))
-    assert [r.prompt_tokens for r in recorder.records] == [900, 1000, 0]
-    assert recorder.records[0].ttft_s is not None and not recorder.records[2].ok
+async def test_recorder_on_a_fleet_gets_one_record_per_model_request_of_every_client(tmp_path):
+    """The fleet's request observers are one list that every chat client of its agent factory
+    shares: clients made before and after the recorder attached report to it, each request once
+    with its own usage and n, and detaching stops it for all of them."""
+    from workstation.core.endpoints import Endpoint
+    from workstation.fleet import Fleet, real_agent_factory
+
+    vllm = FakeVllm()
+    engine = vllm.add(token_delay_s=0.001)
+    async with vllm.client() as http:
+        ep = Endpoint(engine.base_url, "k", "m")
+        factory = real_agent_factory(http)
+        fleet = Fleet(data_dir=tmp_path / "data", endpoints=[ep], agent_factory=factory, http=http)
+        assert fleet.request_observers is factory.request_observers
+        before = factory._client(ep, None, "s1")
+        recorder = TrafficRecorder("f", http=http, endpoint=ep)
+        recorder.attach_fleet(fleet)
+        recorder.attach_fleet(fleet)  # twice: still one observer
+        after = factory._client(ep, None, "s2")
+        priming = factory._client(ep, None)
+        await recorder.start()
+        await before.complete([{"role": "user", "content": "x"}], max_tokens=5)
+        await after.complete([{"role": "user", "content": "x"}], max_tokens=7, extra={"n": 3})
+        await after.complete([{"role": "user", "content": "x"}], max_tokens=2)
+        await priming.complete([{"role": "user", "content": "x"}], max_tokens=1)
+        await recorder.stop()
+        assert recorder.observe not in factory.request_observers
+        assert before.observers is after.observers is factory.request_observers
+        await before.complete([{"role": "user", "content": "x"}], max_tokens=2)  # after stop: not recorded
+    assert [(r.session_id, r.completion_tokens, r.choices) for r in recorder.records] == [
+        ("s1", 5, 1), ("s2", 7, 3), ("s2", 2, 1), (None, 1, 1)]
+    assert all(r.ok and r.prompt_tokens for r in recorder.records)
     shape = recorder.shape()
-    assert shape.requests == 2 and shape.failed == 1 and shape.source == "fleet"
-    assert shape.prefix_cache_hit_rate == pytest.approx(1024 / 1900)
+    assert shape.source == "fleet" and shape.requests == 4 and shape.multi_choice_requests == 1
+
+
+def test_a_fleet_whose_agents_report_no_requests_is_refused(tmp_path):
+    from workstation.core.endpoints import Endpoint
+    from workstation.fleet import Fleet
+
+    fleet = Fleet(data_dir=tmp_path / "data", endpoints=[Endpoint("http://x", "k", "m")],
+                  agent_factory=lambda setup: None, http=None)  # type: ignore[arg-type]
+    assert fleet.request_observers is None
+    with pytest.raises(ValueError, match="do not report their model requests"):
+        TrafficRecorder("f").attach_fleet(fleet)
 
 
 async def test_recorder_observes_chat_clients_and_reads_metrics():

@@ -15,16 +15,21 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
 from workstation.core.approvals import ApprovalDecision, ApprovalRequest
 from workstation.core.endpoints import Endpoint
 from workstation.core.errors import UserError
+from workstation.core.requests import RequestRecord
 from workstation.fleet.session import SessionSpec
 
+if TYPE_CHECKING:
+    from workstation.engine.chat_client import ChatClient
+
 Approver = Callable[[ApprovalRequest], Awaitable[ApprovalDecision]]
+RequestObserver = Callable[[RequestRecord], None]
 
 META_KEYS = ("mode", "protocol", "turns", "pending_question_call", "completed", "needs_input",
              "context_tokens", "files_read", "files_changed", "commands_run")
@@ -100,6 +105,8 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
     restart, :meth:`endpoint_back`) the shared system prompt and tools are computed once
     (``prime_prefix_cache``), so 32 sessions starting together hit the prefix cache instead
     of all computing the same prefix in one scheduler step.
+    Every model request of its agents and of the priming is reported to
+    :attr:`request_observers` as a :class:`~workstation.core.requests.RequestRecord`.
     """
 
     def __init__(self, http: httpx.AsyncClient, *, context_window_tokens: int | None = None,
@@ -121,6 +128,16 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         self.model_takes_images: bool | None = None
         """The setting ``agent.model_takes_images``; None asks each endpoint's model config."""
         self._images: dict[str, bool | None] = {}
+        self.request_observers: list[RequestObserver] = []
+        """One list, shared by every chat client this factory made or will make: an observer
+        added here sees each model request (one record per request, with its ``n``)."""
+
+    def _client(self, endpoint: Endpoint, model: str | None, session_id: str | None = None) -> ChatClient:
+        from workstation.engine.chat_client import ChatClient
+
+        client = ChatClient(self.http, endpoint, model=model, session_id=session_id, streams=self.streams)
+        client.observers = self.request_observers  # the same list, not a copy
+        return client
 
     @classmethod
     def from_settings(cls, http: httpx.AsyncClient, settings: Any, **kwargs: Any) -> real_agent_factory:
@@ -156,13 +173,12 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
     async def _prime_once(self, endpoint: Endpoint, config: Any, adapter: str | None = None) -> None:
         """Once per endpoint and model (an adapter's requests do not share the base model's cache)."""
         from workstation.agent.protocols import choose_protocol, prime_prefix_cache
-        from workstation.engine.chat_client import ChatClient
 
         key = f"{endpoint.name}/{adapter}" if adapter else endpoint.name
         task = self._primed.get(key)
         if task is None:
             protocol, _ = choose_protocol(config, endpoint)
-            client = ChatClient(self.http, endpoint, model=adapter, streams=self.streams)
+            client = self._client(endpoint, adapter)
 
             async def prime() -> None:
                 await prime_prefix_cache(client, protocol)
@@ -177,7 +193,6 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         from workstation.agent.model_info import fetch_context_window, fetch_model_parameters
         from workstation.core.agent_events import AgentMode, ToolProtocol
         from workstation.core.approvals import ApprovalPolicy
-        from workstation.engine.chat_client import ChatClient
 
         spec = setup.spec
         window = self.context_window_tokens or self._windows.get(setup.endpoint.name)
@@ -227,7 +242,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
             )
         agent = Agent(
             setup.session_id, setup.root, setup.task,
-            ChatClient(self.http, setup.endpoint, model=spec.adapter, streams=self.streams),
+            self._client(setup.endpoint, spec.adapter, setup.session_id),
             config,
             on_event=setup.on_event, approver=setup.approver,
             generation_slot=setup.generation_slot, snapshot=snapshot,

@@ -172,6 +172,12 @@ class Fleet:
         self._settled = asyncio.Event()
         self._settled.set()
 
+    @property
+    def request_observers(self) -> list[Any] | None:
+        """Observers of every model request its agents make (the agent factory's shared list;
+        None when the factory's agents do not report their requests)."""
+        return getattr(self._factory, "request_observers", None)
+
     # ================= lifecycle =================
     async def start(self) -> None:
         """Open the store, bring back every session, resume the ones that were working,

@@ -1,13 +1,15 @@
 """Capture the shape of live traffic: a recorder of finished requests.
 
-Two ways in, use one per recorder:
+One :class:`~workstation.core.requests.RequestRecord` per finished model request, each with
+its own usage, timing and ``n`` (``choices``), from either way in:
 
 - as an observer of :class:`~workstation.engine.chat_client.ChatClient` (``attach(client)``,
-  or pass ``recorder.observe`` in ``observers=``): one
-  :class:`~workstation.core.requests.RequestRecord` per finished request;
-- from a running fleet (``attach_fleet(fleet)``): its ``agent_event`` stream, where each
-  model turn is ``TurnStarted`` → ``UsageReported`` → ``TurnFinished``; the recorder turns
-  every turn into the same record (times are when the events arrived).
+  or pass ``recorder.observe`` in ``observers=``);
+- from a running fleet (``attach_fleet(fleet)``): the fleet's ``request_observers``, the one
+  list every chat client of its agent factory reports to (its agents' and the prefix-cache
+  priming's, made before or after the recorder attached). A turn of an agent is not a
+  request: a guided agent's turn may make none (a forced action), or a choice and then a
+  code request, each for ``n`` drafts at once.
 
 With an endpoint it also reads the engine's ``/metrics`` (the telemetry parser) at start
 and stop, so the shape carries the prefix-cache hit rate the server achieved even when the
@@ -21,7 +23,6 @@ from typing import Any
 
 import httpx
 
-from workstation.core import agent_events as ev
 from workstation.core.endpoints import Endpoint
 from workstation.core.requests import RequestRecord
 from workstation.core.traffic import TrafficShape, shape_from_records
@@ -29,15 +30,6 @@ from workstation.telemetry.vllm_metrics import MetricsReading
 from workstation.tuning.loadgen import read_metrics
 
 MAX_RECORDS = 50_000
-
-
-class _Turn:
-    __slots__ = ("started_s", "first_s", "usage")
-
-    def __init__(self, started_s: float) -> None:
-        self.started_s = started_s
-        self.first_s: float | None = None
-        self.usage: ev.UsageReported | None = None
 
 
 class TrafficRecorder:
@@ -55,9 +47,8 @@ class TrafficRecorder:
         self.started_s: float | None = None
         self.stopped_s: float | None = None
         self.source = "chat-client"
-        self._turns: dict[str, _Turn] = {}
-        self._clients: list[Any] = []
-        self._fleet: Any = None
+        self._observed: list[list[Any]] = []
+        """The observer lists ``observe`` was added to (clients' and fleets')."""
         self._metrics_start: MetricsReading | None = None
         self._metrics_end: MetricsReading | None = None
 
@@ -73,59 +64,28 @@ class TrafficRecorder:
             return
         self.records.append(record)
 
-    def attach(self, client: Any) -> None:
-        if self.observe not in client.observers:
-            client.observers.append(self.observe)
-            self._clients.append(client)
+    def _add_to(self, observers: list[Any]) -> None:
+        if self.observe not in observers:
+            observers.append(self.observe)
+            self._observed.append(observers)
 
-    def detach_all(self) -> None:
-        for client in self._clients:
-            if self.observe in client.observers:
-                client.observers.remove(self.observe)
-        self._clients.clear()
-        if self._fleet is not None:
-            self._fleet.agent_event.disconnect(self.on_agent_event)
-            self._fleet = None
+    def attach(self, client: Any) -> None:
+        self._add_to(client.observers)
 
     def attach_fleet(self, fleet: Any) -> None:
-        """Record every model turn of a :class:`workstation.fleet.service.Fleet`."""
+        """Record every model request of a :class:`workstation.fleet.service.Fleet`'s agents."""
+        observers = getattr(fleet, "request_observers", None)
+        if observers is None:
+            raise ValueError("this fleet's agents do not report their model requests "
+                             "(its agent factory has no request_observers)")
         self.source = "fleet"
-        self._fleet = fleet
-        fleet.agent_event.connect(self.on_agent_event)
+        self._add_to(observers)
 
-    def on_agent_event(self, item: Any) -> None:
-        """Handler for ``Fleet.agent_event`` (a ``SessionAgentEvent``) or a bare agent event."""
-        event = getattr(item, "event", item)
-        sid = getattr(event, "session_id", None) or getattr(item, "session_id", None)
-        if sid is None:
-            return
-        now = time.monotonic()
-        if isinstance(event, ev.TurnStarted):
-            self._turns[sid] = _Turn(now)
-        elif isinstance(event, (ev.TextStreamed, ev.ReasoningStreamed, ev.ToolCallStreamed)):
-            turn = self._turns.get(sid)
-            if turn is not None and turn.first_s is None:
-                turn.first_s = now
-        elif isinstance(event, ev.UsageReported):
-            turn = self._turns.get(sid)
-            if turn is not None:
-                turn.usage = event
-        elif isinstance(event, ev.TurnFinished):
-            turn = self._turns.pop(sid, None)
-            if turn is None:
-                return
-            usage = turn.usage
-            ok = event.finish_reason != "error"
-            self.observe(RequestRecord(
-                endpoint=self.endpoint.base_url if self.endpoint else "", model=self.endpoint.model if self.endpoint else "",
-                session_id=sid, started_s=turn.started_s,
-                ttft_s=(turn.first_s - turn.started_s) if turn.first_s is not None else None,
-                duration_s=now - turn.started_s,
-                prompt_tokens=usage.prompt_tokens if usage else 0,
-                completion_tokens=usage.completion_tokens if usage else 0,
-                cached_tokens=usage.cached_tokens if usage else 0,
-                max_gap_s=0.0, ok=ok and usage is not None, error=None if ok else "turn ended with an error",
-            ))
+    def detach_all(self) -> None:
+        for observers in self._observed:
+            while self.observe in observers:
+                observers.remove(self.observe)
+        self._observed.clear()
 
     # ----- window -----
     async def start(self) -> None:
