@@ -3,7 +3,9 @@
 Each fake engine lives at its own base URL (``http://fake-<n>``) and answers what the
 tuning lab uses: ``/tokenize``, ``/metrics`` (running/waiting gauges and prefix-cache
 counters), ``/v1/completions`` (streamed, vLLM's continuous usage and ``token_ids``) and
-``/v1/chat/completions`` (streamed, usage at the end). Tokens come every ``token_delay_s``.
+``/v1/chat/completions`` (streamed, usage at the end). A completion for ``n`` > 1 sequences
+interleaves its choices' chunks, each with that choice's own running usage (as vLLM does),
+the last usage the sum of all, and is refused under greedy sampling (as vLLM refuses it). Tokens come every ``token_delay_s``.
 :class:`FakeLauncher` imitates ``EngineLauncher`` for the safe switch (start, stop, alive).
 """
 
@@ -34,6 +36,10 @@ class FakeEngine:
     hits: int = 0
     seen_prefixes: set[tuple[int, ...]] = field(default_factory=set)
     kill_streams: bool = False
+    choices_asked: list[int] = field(default_factory=list)
+    """Each completion request's ``n``."""
+    max_tokens_asked: list[int] = field(default_factory=list)
+    prompts: list[list[int]] = field(default_factory=list)
 
 
 class FakeVllm:
@@ -80,6 +86,13 @@ class FakeVllm:
     def _completion(self, engine: FakeEngine, body: dict[str, Any]) -> httpx.Response:
         prompt = body["prompt"]
         n = int(body["max_tokens"])
+        seqs = int(body.get("n") or 1)
+        if seqs > 1 and not body.get("temperature"):
+            return httpx.Response(400, json={"error": {"message": f"n must be 1 when using greedy sampling, got {seqs}."}})
+        engine.choices_asked.append(seqs)
+        engine.max_tokens_asked.append(n)
+        if isinstance(prompt, list):
+            engine.prompts.append(list(prompt))
         if isinstance(prompt, list):
             engine.prompt_tokens += len(prompt)
             for cut in range(len(prompt) // 16, 0, -1):
@@ -98,12 +111,14 @@ class FakeVllm:
                     await asyncio.sleep(engine.token_delay_s)
                     if not engine.up:
                         raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
-                    chunk = {"choices": [{"index": 0, "text": "x", "token_ids": [200 + i % 50]
-                                          if body.get("return_token_ids") else None, "finish_reason": None}],
-                             "usage": {"prompt_tokens": plen, "completion_tokens": i + 1}}
-                    yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+                    for index in range(seqs):
+                        token = 200 + index * 50 + i % 50
+                        chunk = {"choices": [{"index": index, "text": "x", "token_ids": [token]
+                                              if body.get("return_token_ids") else None, "finish_reason": None}],
+                                 "usage": {"prompt_tokens": plen, "completion_tokens": i + 1}}
+                        yield b"data: " + orjson.dumps(chunk) + b"\n\n"
                 yield b"data: " + orjson.dumps({"choices": [], "usage": {"prompt_tokens": plen,
-                                                                         "completion_tokens": n}}) + b"\n\n"
+                                                                         "completion_tokens": n * seqs}}) + b"\n\n"
                 engine.served += 1
                 engine.running -= 1
                 counted = False

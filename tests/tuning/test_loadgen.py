@@ -73,8 +73,8 @@ def test_workloads_that_cannot_fit_are_refused():
         LoadGenerator(None, None, Workload(kind="replay", concurrency=1))  # type: ignore[arg-type]
 
 
-def rec(sid, start, prompt, out):
-    return RequestRecord("e", "m", sid, start, 0.1, 1.0, prompt, out, 0, 0.1, True)
+def rec(sid, start, prompt, out, choices=1):
+    return RequestRecord("e", "m", sid, start, 0.1, 1.0, prompt, out, 0, 0.1, True, choices=choices)
 
 
 def test_replay_keeps_append_only_histories_with_real_output_tokens():
@@ -93,6 +93,33 @@ def test_replay_keeps_append_only_histories_with_real_output_tokens():
     # the session's trace is over: the stream moves on to the next captured session (the same one here)
     again = stream.next()
     assert len(again.prompt) == 40
+
+
+def test_replay_sends_a_request_for_several_sequences_as_n_of_its_share_each():
+    shape = shape_from_records("s", [rec("a", 0, 40, 401, choices=6), rec("a", 1, 120, 5)])
+    stream = ReplayStream(TokenSource(range(100, 200), seed=1), [reqs for _, reqs in shape.trace], start=0, step=1)
+    drafts = stream.next()
+    assert drafts.choices == 6 and drafts.max_tokens == 67  # ceil(401 / 6), not one sequence of 401
+    stream.completed([1] * 67)  # the first sequence's ids: the agent kept one draft
+    after = stream.next()
+    assert after.choices == 1 and after.max_tokens == 5
+    assert after.prompt[:107] == drafts.prompt + [1] * 67
+
+
+async def test_replay_of_drafts_asks_for_n_and_counts_every_sequence_once():
+    shape = shape_from_records("s", [rec("a", 0, 64, 4), rec("a", 1, 96, 12, choices=3), rec("a", 2, 128, 4)])
+    vllm = FakeVllm()
+    engine = vllm.add(token_delay_s=0.002)
+    async with vllm.client() as http:
+        w = workload_from_shape(shape, concurrency=1, duration_s=30.0, warmup_s=0.0, max_requests=3)
+        result = await LoadGenerator(http, endpoint_of(engine), w, shape=shape).run()
+    assert result.completed == 3 and result.failed == 0
+    assert engine.choices_asked == [1, 3, 1] and engine.max_tokens_asked == [4, 4, 4]
+    assert result.output_tokens == 4 + 3 * 4 + 4  # each choice's own running usage, each token once
+    # the history went on with choice 0's tokens (the fake's 200…), not choice 1's or 2's (250…, 300…)
+    second, third = engine.prompts[1], engine.prompts[2]
+    assert third[:len(second) + 4] == second + [200, 201, 202, 203]
+    assert result.tpot.p50_ms is not None
 
 
 def test_replay_respects_the_context_length():

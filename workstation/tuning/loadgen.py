@@ -9,7 +9,9 @@ arrive inside the window ``[warmup, warmup + duration]`` count; requests still r
 the end are cancelled (the server aborts them) and reported as ``cut``.
 
 Token counts are exact: vLLM's ``continuous_usage_stats`` puts the running usage in every
-chunk. TTFT, TPOT (per request, first token excluded), ITL (between chunks, what a
+chunk — with ``n`` > 1, that chunk's choice's own running count (the chunks of the choices
+interleave; the last usage, without choices, sums them), so each choice is counted on its own
+and every generated token once. TTFT, TPOT (per request, first token excluded), ITL (between chunks, what a
 reader sees) and end-to-end latency are vLLM bench's definitions; goodput counts requests
 that met the SLO, per second of window.
 """
@@ -45,6 +47,9 @@ log = logging.getLogger(__name__)
 
 HARD_LIMIT_S = 3600.0
 CONTENTS = ("random", "code")
+CHOICES_TEMPERATURE = 1.0
+"""Sampling temperature of a request for several sequences: vLLM refuses ``n`` > 1 under greedy
+sampling, and a guided agent samples its drafts at 0.7-1.2 (``ignore_eos`` keeps the lengths)."""
 TOKENIZE_CHUNK_CHARS = 8_000
 """One ``/tokenize`` request's share of the code text: ~2.5k tokens, inside any context."""
 _code_tokens: dict[tuple[str, str], list[int]] = {}
@@ -66,6 +71,8 @@ class RequestTiming:
     chunks: list[tuple[float, int]] = field(default_factory=list)
     """(arrival time, tokens in the chunk)."""
     output_ids: list[int] = field(default_factory=list)
+    """The first sequence's generated ids (of a request for several)."""
+    choices: int = 1
     done: bool = False
     error: str | None = None
 
@@ -189,10 +196,14 @@ class LoadGenerator:
         }
         if planned.want_ids:
             body["return_token_ids"] = True
+        if planned.choices > 1:
+            body["n"] = planned.choices
+            body["temperature"] = CHOICES_TEMPERATURE
         headers = {"Content-Type": "application/json"}
         if self.endpoint.api_key:
             headers["Authorization"] = f"Bearer {self.endpoint.api_key}"
-        timing = RequestTiming(sent_s=time.monotonic(), prompt_tokens=len(planned.prompt))
+        timing = RequestTiming(sent_s=time.monotonic(), prompt_tokens=len(planned.prompt), choices=planned.choices)
+        counted: dict[int, int] = {}  # tokens counted so far, per choice index
         self.timings.append(timing)
         url = self.endpoint.v1 + "/completions"
         try:
@@ -215,16 +226,19 @@ class LoadGenerator:
                     if not choices:
                         continue
                     choice = choices[0]
+                    index = int(choice.get("index") or 0)
                     ids = choice.get("token_ids")
-                    if ids:
+                    if ids and index == 0:
                         timing.output_ids.extend(ids)
-                    total = usage.get("completion_tokens")
-                    n = (int(total) - timing.output_tokens) if total is not None else (len(ids) if ids else 1)
+                    total = usage.get("completion_tokens")  # this choice's running count
+                    before = counted.get(index, 0)
+                    n = (int(total) - before) if total is not None else (len(ids) if ids else 1)
                     if usage.get("prompt_tokens"):
                         timing.prompt_tokens = int(usage["prompt_tokens"])
                     if n <= 0 and not choice.get("text"):
                         continue
                     n = max(n, 0)
+                    counted[index] = before + n
                     if timing.first_s is None:
                         timing.first_s = now
                     timing.last_s = now
@@ -314,7 +328,8 @@ class LoadGenerator:
         good = 0
         for t in completed:
             assert t.first_s is not None and t.last_s is not None
-            tpot = (t.last_s - t.first_s) / (t.output_tokens - 1) if t.output_tokens > 1 else None
+            per_sequence = t.output_tokens / max(1, t.choices)  # n sequences decode side by side
+            tpot = (t.last_s - t.first_s) / (per_sequence - 1) if per_sequence > 1 else None
             if tpot is not None:
                 tpots.append(tpot)
             e2es.append(t.last_s - t.sent_s)

@@ -14,7 +14,9 @@ only where the workload says so.
   is the previous prompt plus the tokens the server really generated (``return_token_ids``)
   plus fresh tokens up to the captured length. A captured prompt shorter than the history
   (the agent condensed it) starts over from the common prefix. Prefix sharing, lengths and
-  their order are the captured ones.
+  their order are the captured ones. A captured request for ``n`` sequences at once (a guided
+  agent's drafts) is sent for ``n`` sequences of its total output over ``n`` each, and the
+  history grows with the first of them, as the agent keeps one draft.
 
 Contents (``Workload.content``): ``random`` draws each token at random from the pool;
 ``code`` takes every fresh run of tokens as one contiguous window of real source code (the
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -76,6 +79,8 @@ class PlannedRequest:
     max_tokens: int
     want_ids: bool = False
     """Ask the server for the generated token ids (replay keeps them as history)."""
+    choices: int = 1
+    """Sequences to ask for at once (``n``); ``max_tokens`` is each one's."""
 
 
 class TokenSource:
@@ -158,7 +163,8 @@ class ReplayStream:
     def next(self) -> PlannedRequest:
         req = self._current()
         self.request_index += 1
-        out = max(1, req.completion_tokens)
+        choices = max(1, req.choices)
+        out = max(1, math.ceil(req.completion_tokens / choices))
         target = req.prompt_tokens
         if self.max_context is not None:
             out = min(out, self.max_context // 2)
@@ -170,10 +176,11 @@ class ReplayStream:
             base = self.history
         prompt = base + self.tokens.fresh(target - len(base))
         self._pending_prompt = prompt
-        return PlannedRequest(prompt, out, want_ids=True)
+        return PlannedRequest(prompt, out, want_ids=True, choices=choices)
 
     def completed(self, output_ids: Sequence[int] | None) -> None:
-        """Grow the history with what the server generated (None: the request failed)."""
+        """Grow the history with what the server generated (the first sequence's ids; None: the
+        request failed)."""
         if output_ids is None:
             self.history = []
             return
