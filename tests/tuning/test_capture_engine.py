@@ -108,3 +108,24 @@ async def test_a_fleet_capture_records_each_model_request_once_with_its_n(
         assert requests == len(records) and sequences == sum(r.choices for r in records)
     shape = recorder.shape()
     assert shape.requests == len(records) and shape.multi_choice_requests == len(multi)
+
+
+async def test_a_replay_sends_drafts_as_n_sequences_and_counts_each_token_once(tiny_engine: Endpoint) -> None:
+    """vLLM takes the replay's request for n (at a sampling temperature: it refuses n > 1
+    greedy) and streams each choice with its own running usage: the load generator's count is
+    every sequence's tokens, exactly (``ignore_eos``)."""
+    from workstation.core.requests import RequestRecord
+    from workstation.core.traffic import shape_from_records
+    from workstation.tuning.loadgen import LoadGenerator, workload_from_shape
+
+    def rec(start: float, prompt: int, out: int, choices: int = 1) -> RequestRecord:
+        return RequestRecord("e", "tiny", "a", start, 0.1, 1.0, prompt, out, 0, 0.1, True, choices=choices)
+
+    shape = shape_from_records("drafts", [rec(0, 200, 12), rec(1, 260, 6 * 20, choices=6), rec(2, 320, 8)])
+    async with make_http_client() as http:
+        w = workload_from_shape(shape, concurrency=1, duration_s=120.0, warmup_s=0.0, max_requests=3)
+        gen = LoadGenerator(http, tiny_engine, w, shape=shape)
+        result = await gen.run()
+    assert result.failed == 0 and result.completed == 3, result.notes
+    assert [t.choice_tokens for t in gen.timings] == [{0: 12}, {i: 20 for i in range(6)}, {0: 8}]
+    assert result.output_tokens == 12 + 6 * 20 + 8

@@ -112,8 +112,10 @@ async def test_replay_of_drafts_asks_for_n_and_counts_every_sequence_once():
     engine = vllm.add(token_delay_s=0.002)
     async with vllm.client() as http:
         w = workload_from_shape(shape, concurrency=1, duration_s=30.0, warmup_s=0.0, max_requests=3)
-        result = await LoadGenerator(http, endpoint_of(engine), w, shape=shape).run()
+        gen = LoadGenerator(http, endpoint_of(engine), w, shape=shape)
+        result = await gen.run()
     assert result.completed == 3 and result.failed == 0
+    assert [t.choice_tokens for t in gen.timings] == [{0: 4}, {0: 4, 1: 4, 2: 4}, {0: 4}]
     assert engine.choices_asked == [1, 3, 1] and engine.max_tokens_asked == [4, 4, 4]
     assert result.output_tokens == 4 + 3 * 4 + 4  # each choice's own running usage, each token once
     # the history went on with choice 0's tokens (the fake's 200…), not choice 1's or 2's (250…, 300…)

@@ -73,6 +73,8 @@ class RequestTiming:
     output_ids: list[int] = field(default_factory=list)
     """The first sequence's generated ids (of a request for several)."""
     choices: int = 1
+    choice_tokens: dict[int, int] = field(default_factory=dict)
+    """Tokens counted per choice index (one entry unless it asked for several)."""
     done: bool = False
     error: str | None = None
 
@@ -203,7 +205,7 @@ class LoadGenerator:
         if self.endpoint.api_key:
             headers["Authorization"] = f"Bearer {self.endpoint.api_key}"
         timing = RequestTiming(sent_s=time.monotonic(), prompt_tokens=len(planned.prompt), choices=planned.choices)
-        counted: dict[int, int] = {}  # tokens counted so far, per choice index
+        counted = timing.choice_tokens
         self.timings.append(timing)
         url = self.endpoint.v1 + "/completions"
         try:
