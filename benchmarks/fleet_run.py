@@ -22,7 +22,6 @@ import contextlib
 import gc
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,39 +39,7 @@ from workstation.engine.acquire import external_endpoint  # noqa: E402
 from workstation.fleet import SessionSpec  # noqa: E402
 from workstation.services import Services  # noqa: E402
 from workstation.telemetry.vllm_metrics import parse_metrics  # noqa: E402
-
-GIT_ENV = {"GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@example.invalid",
-           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
-
-FILES = {
-    "README.md": "# calc\n\nA tiny calculator library.\n",
-    "calc.py": "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n",
-    "strings.py": "def shout(s):\n    return s.upper() + '!'\n",
-    "test_calc.py": "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n",
-}
-TASKS = [
-    "Step 1: call read_file with path calc.py. Step 2: call write_to_file with path calc.py and "
-    "the same code plus a function sub(a, b) returning a - b. Step 3: call attempt_completion.",
-    "Step 1: call read_file with path strings.py. Step 2: call write_to_file with path strings.py "
-    "and the same code plus a function whisper(s) returning s.lower(). Step 3: call attempt_completion.",
-    "Step 1: call read_file with path README.md. Step 2: call write_to_file with path NOTES.md and "
-    "one line describing calc.py. Step 3: call attempt_completion.",
-    "Step 1: call read_file with path calc.py. Step 2: call write_to_file with path test_mul.py and "
-    "a pytest test that mul(2, 3) == 6. Step 3: call attempt_completion.",
-]
-
-
-def make_repo(root: Path) -> None:
-    import os
-
-    root.mkdir(parents=True)
-    env = {**os.environ, **GIT_ENV}
-    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True, env=env)
-    for name, text in FILES.items():
-        (root / name).write_text(text)
-    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True, env=env)
-    subprocess.run(["git", "-C", str(root), "commit", "-qm", "initial"], check=True, env=env)
-
+from workstation.tuning.agent_check import TASKS, make_repo  # noqa: E402  (the tuner's agent check runs the same)
 
 async def scrape(http, endpoint: Endpoint):  # type: ignore[no-untyped-def]
     try:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -325,16 +326,22 @@ class Services:
                         side: SideBySide, log_dir: Path, references: Sequence[Profile] = (), repeats: int = 3,
                         store: TuningStore | None = None, slo: Slo | None = None,
                         gpu_memory: Callable[[], list[GpuMemory]] | None = None,
-                        sessions: int | None = None, env: dict[str, str] | None = None) -> ScreeningTuner:
+                        sessions: int | None = None, env: dict[str, str] | None = None,
+                        agent_check: bool = False) -> ScreeningTuner:
         """The tuner that screens every change at once, one engine each beside the baseline
         (``side``: their share of the GPU), over the shared client; engines start with
         ``trial_settings`` and are sized for ``sessions``. Whatever of its engines still runs
         when the services close is stopped then (after the fleets, before the meters). ``env``:
-        the trial engines' environment (the user's ``--env``)."""
+        the trial engines' environment (the user's ``--env``); ``agent_check``: a kept change
+        must also pass real agent sessions on a scratch repository (fleets of these services)."""
         tuner = ScreeningTuner(trial_settings, engine, model, self.http, baseline, traits=traits,
                                help_flags=help_flags, candidates=candidates, side=side, references=references,
                                repeats=repeats, store=store, slo=slo, log_dir=log_dir, gpu_memory=gpu_memory,
                                sessions=sessions, env=env)
+        if agent_check:
+            from workstation.tuning.agent_check import run_agent_check
+
+            tuner.agent_check = functools.partial(run_agent_check, self.fleet)
         self._tuners.append(tuner)
         return tuner
 

@@ -92,6 +92,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "together and measure them in turns (tuning/screening.py), instead of one after another")
     tune.add_argument("--reference", action="append", default=[], metavar="PROFILE",
                       help="with --side-by-side: also measure this profile alongside (e.g. vllm-defaults)")
+    tune.add_argument("--no-agent-check", dest="agent_check", action="store_false",
+                      help="with --side-by-side: keep a change on the benchmark alone, without real agent "
+                           "sessions on it (8 sessions of 6 turns per kept change and the baseline)")
     tune.add_argument("--json", action="store_true", help="end with one JSON line: steps and noise_pct")
     tune.set_defaults(func=_tune)
 
@@ -441,7 +444,8 @@ async def _tune_side_by_side(args, store, settings, engine, model, baseline, tra
         tuner = services.screening_tuner(settings, engine, model, baseline, traits=traits, help_flags=help_flags,
                                          candidates=cands, side=side, references=references, repeats=args.repeats,
                                          store=store, slo=slo, log_dir=store.runs_dir / run_name,
-                                         gpu_memory=lambda: gpus, sessions=workload.concurrency, env=env)
+                                         gpu_memory=lambda: gpus, sessions=workload.concurrency, env=env,
+                                         agent_check=getattr(args, "agent_check", True))
         tuner.progress.connect(_say)
         screening = await tuner.run(workload, shape, name=shape.name if shape else "workload")
     for line in screening.report.table():

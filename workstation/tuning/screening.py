@@ -33,8 +33,8 @@ import contextlib
 import logging
 import statistics
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -49,6 +49,8 @@ from workstation.engine.environment import EngineInstall
 from workstation.engine.host import Launchers
 from workstation.engine.launcher import EngineLauncher
 from workstation.engine.models import ModelSpec
+from workstation.core.endpoints import Endpoint
+from workstation.tuning.agent_check import AgentCheck, refusal
 from workstation.tuning.autotune import Candidate, TuneReport, TuneStep, cv_pct, decide, pooled_noise_pct
 from workstation.tuning.bench import BenchContext, run_workload
 from workstation.tuning.checks import ModelTraits, check_profile
@@ -197,6 +199,10 @@ class ScreeningTuner:
         self.run_probe: Callable[[EngineLauncher], RunObserver] | None = None
         """Made per run around its window, given the engine that serves it (a benchmark's hook:
         the GPU suite records each engine process's CPU there)."""
+        self.agent_check: Callable[[Endpoint], Awaitable[AgentCheck]] | None = None
+        """Real agent sessions against one engine (:mod:`workstation.tuning.agent_check`): a
+        change that clears the noise is kept only if its sessions hold up against the
+        baseline's. None: no such check (the services set it where the user asks for it)."""
 
     # ----- engines -----
     def _problem(self, profile: Profile) -> str | None:
@@ -360,6 +366,9 @@ class ScreeningTuner:
             report.steps.append(self._step(index, m, delta, ok, note))
             if ok and m.trial.candidate is not None:
                 kept.append((m.trial.candidate, delta))
+        checks: dict[str, Any] = {}
+        if self.agent_check is not None and kept:
+            kept = await self._check_agents(kept, measured, report, checks)
         for cand, problem in self.not_applicable:
             report.steps.append(TuneStep(len(report.steps), cand.change, None, None, False,
                                          note=f"not applicable: {problem}"))
@@ -371,6 +380,35 @@ class ScreeningTuner:
                    "best": best.summary(), "references": [m.summary() for m in measured if m.trial.reference],
                    "measured": [m.summary() for m in measured]}
         return Screening(name, workload, shape, report, measured, kept, outcome)
+
+    async def _check_agents(self, kept: list[tuple[Candidate, float]], measured: Sequence[Measured],
+                            report: TuneReport, record: dict[str, Any]) -> list[tuple[Candidate, float]]:
+        """The kept changes whose real agent sessions hold up against the baseline's; the
+        others' steps say why they were refused. ``record`` gets every check's figures."""
+        assert self.agent_check is not None
+        base = measured[0].trial
+        if base.launcher is None:
+            return kept
+        self.progress.emit(f"agent check: real sessions on {base.label}")
+        base_check = await self.agent_check(base.launcher.endpoint)
+        record[base.label] = base_check.to_json()
+        trials = {m.trial.candidate: m.trial for m in measured if m.trial.candidate is not None}
+        held: list[tuple[Candidate, float]] = []
+        for cand, gain in kept:
+            trial = trials.get(cand)
+            if trial is None or trial.launcher is None:
+                continue
+            self.progress.emit(f"agent check: real sessions on {trial.label}")
+            check = await self.agent_check(trial.launcher.endpoint)
+            record[trial.label] = check.to_json()
+            why = refusal(base_check, check)
+            if why is None:
+                held.append((cand, gain))
+                continue
+            self.progress.emit(f"  {why}")
+            report.steps = [replace(s, kept=False, note=why) if s.change == trial.label else s
+                            for s in report.steps]
+        return held
 
     async def confirm(self, screening: Screening) -> None:
         """Round 2: the kept changes together against the baseline and the references."""
