@@ -240,8 +240,9 @@ class SessionRunner:
                     self._drivers.release(session_id)
                     self._relaunch(session_id)
                     return
+                who = "the engine" if endpoint.name == "engine" else f"engine {endpoint.name}"  # the one default name
                 self._book.set_state(session_id, S.ENGINE_WAIT,
-                                     f"engine {endpoint.name} is not answering; continues when it is back")
+                                     f"{who} is not answering; continues when it is back")
                 self._drivers.release(session_id)
                 self._watcher.watch(endpoint.name)
                 self._settle()
