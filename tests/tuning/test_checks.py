@@ -188,3 +188,34 @@ def test_the_guided_rule_follows_the_agents_protocol_choice(tmp_path):
     # the setting moves the line
     settings.agent.guided_max_parameters = 10_000_000
     assert agents_constrain_output(settings, spec("tiny-llama-2", small)) is False
+
+
+def test_every_cuda_preset_and_tuner_change_is_a_flag_of_the_cuda_vllm_the_h200_ran():
+    """vLLM 0.26.0's ``vllm serve --help=all`` as the GPU suite brought it back from the H200
+    (tests/data): the CUDA profiles and the tuner's CUDA changes are checked against the build
+    they run on, though no CUDA engine is installed here."""
+    import gzip
+    from pathlib import Path
+
+    from workstation.core.profiles import STAND_IN_VALUES
+    from workstation.engine.flags import known_flags, unknown_flags
+    from workstation.tuning.autotune import candidates_for
+
+    text = gzip.decompress((Path(__file__).parents[1] / "data" / "vllm-serve-help-0.26.0-cuda.txt.gz").read_bytes())
+    known = known_flags(text.decode())
+    assert len(known) > 300 and "--stream-interval" in known and "--max-cudagraph-capture-size" in known
+    for name, profile in PRESETS.items():
+        if "cuda" not in profile.platforms:
+            continue
+        args, _ = effective(profile, PRESETS, platform="cuda", values=STAND_IN_VALUES)
+        assert not unknown_flags(split(args), known), name
+    base, _ = effective(PRESETS["default"], PRESETS, platform="cuda", values=STAND_IN_VALUES)
+    for hybrid in (LLAMA, NEMOTRON_H_MTP):
+        for cand in candidates_for("cuda", model_traits("m", hybrid), concurrency=32, base_args=base):
+            assert not unknown_flags(split(list(cand.args)), known), cand.change
+
+
+def split(args):
+    from workstation.core.profiles import split_flags
+
+    return split_flags(list(args))
