@@ -1,8 +1,9 @@
 """Capture a traffic shape from a real fleet run: agent sessions on the demo's sample
 repositories, headless, against an endpoint, for a bounded time.
 
-The fleet (made by the app's service factory, passed in as ``fleets``) runs in its own folder (store and worktrees under ``workdir``), so a capture never
-touches the user's sessions; the recorder listens to ``Fleet.agent_event``. A session that
+The fleet (made by the app's service factory, passed in as ``fleets``) runs in its own folder
+(store and worktrees under ``workdir``), so a capture never touches the user's sessions; the
+recorder listens to ``Fleet.request_observers`` (one record per model request, with its ``n``). A session that
 stops before the time is up (done, gave up, asks a question — a weak model does so within
 seconds) gets a follow-up, as a user at the keyboard would give, so the capture sees long,
 growing histories (``keep_busy``). At the end every session is paused (an in-flight turn is
@@ -104,7 +105,7 @@ async def capture_fleet_shape(
                     with contextlib.suppress(UserError):
                         await fleet.reply(s.session_id, FOLLOW_UP)
                         nudges += 1
-        say(f"  {len(recorder.records)} model turns recorded in {time.monotonic() - t0:.0f} s "
+        say(f"  {len(recorder.records)} model requests recorded in {time.monotonic() - t0:.0f} s "
             f"({nudges} follow-ups sent to sessions that had stopped)")
         await fleet.pause_all()
         await recorder.stop()
