@@ -300,13 +300,19 @@ def check_profile(
             found.append(Finding(E, "VLLM_CPU_KVCACHE_SPACE is set but empty, which crashes the CPU "
                                     "worker; leave it unset or give whole GiB"))
     elif platform == "cuda":
-        if method == "ngram_gpu" and traits.structured_outputs and "--no-async-scheduling" not in flags:
-            found.append(Finding(E, "n-gram drafts on the GPU (ngram_gpu) with structured outputs and async "
-                                    "scheduling accept tokens the grammar forbids (vLLM issue #49694: HTTP 500s, "
-                                    "truncated replies); the app's agents hold this model's replies to a schema "
-                                    "(the guided protocol). Measured on an H200 with vLLM 0.26: 32 agent sessions "
-                                    "made 1.2 tool calls each on such an engine, 8.0 on the same engine without "
-                                    "the drafts", "--speculative-config"))
+        if method == "ngram_gpu" and traits.structured_outputs:
+            if "--no-async-scheduling" not in flags:
+                found.append(Finding(E, "n-gram drafts on the GPU (ngram_gpu) with structured outputs and async "
+                                        "scheduling accept tokens the grammar forbids (vLLM issue #49694: HTTP 500s, "
+                                        "truncated replies); the app's agents hold this model's replies to a schema "
+                                        "(the guided protocol). Measured on an H200 with vLLM 0.26: 32 agent sessions "
+                                        "made 1.2 tool calls each on such an engine, 8.0 on the same engine without "
+                                        "the drafts", "--speculative-config"))
+            else:
+                found.append(Finding(W, "n-gram drafts on the GPU with structured outputs: vLLM's issue #49694 is "
+                                        "reported with async scheduling, which is off here; this combination has "
+                                        "not been measured with the app's agents (the tuner's agent check would "
+                                        "show it)", "--speculative-config"))
         if "--kv-cache-memory-bytes" in flags and "--gpu-memory-utilization" in flags:
             found.append(Finding(W, "--kv-cache-memory-bytes takes precedence over "
                                     "--gpu-memory-utilization; the latter is ignored", "--gpu-memory-utilization"))
