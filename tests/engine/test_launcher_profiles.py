@@ -120,3 +120,12 @@ def test_engine_profiles_json_lists_every_cuda_profile_unvalidated_without_a_cud
     assert "--enforce-eager" not in default and "--enable-prefix-caching" in default
     assert default[default.index("--max-num-seqs") + 1] == "64"
     assert by_name["ladder-1-mtp3"]["env"] == {"OMP_NUM_THREADS": "1"}
+
+
+def test_engine_keys_never_look_like_an_option():
+    """A key starting with '-' breaks `--api-key KEY` on every command line (seen in CI)."""
+    from workstation.engine.launcher import new_api_key
+
+    keys = {new_api_key() for _ in range(2000)}
+    assert len(keys) == 2000
+    assert all(len(k) == 48 and k[0] != "-" and k.isalnum() for k in keys)

@@ -61,6 +61,13 @@ TOOL_CALL_PARSERS: dict[str, str] = {
 _APP_OWNED_ENV = ("VLLM_API_KEY", "VLLM_CACHE_ROOT", "VLLM_NO_USAGE_STATS", "VLLM_TARGET_DEVICE")
 
 
+def new_api_key() -> str:
+    """A fresh key for one engine start: 48 hex digits. Never URL-safe base64, whose keys
+    start with ``-`` one time in 64: ``--api-key -x…`` is then taken for an option (CI met
+    one, and ten tests of the CLI against the engine failed with "expected one argument")."""
+    return secrets.token_hex(24)
+
+
 class EngineState(str, Enum):
     STOPPED = "stopped"
     STARTING = "starting"
@@ -315,7 +322,7 @@ class EngineLauncher:
             self.port = self.requested_port
         else:
             self.port = free_port(host)
-        self._api_key = secrets.token_urlsafe(24)
+        self._api_key = new_api_key()
         self.sizing = self.size()
         argv = self.command()
         self._validate(argv)

@@ -136,7 +136,7 @@ def agents_constrain_output(settings: Settings, model: ModelSpec) -> bool | None
     from workstation.agent.config import AgentConfig
     from workstation.agent.model_size import model_parameters
 
-    size = model_parameters(model.local_dir, model.served_name)
+    size = model_parameters(getattr(model, "local_dir", None), model.served_name)
     if size is not None:
         return size <= settings.agent.guided_max_parameters
     name = model.served_name.lower()
