@@ -202,6 +202,7 @@ def test_the_pane_menu_renames_archives_brings_back_and_removes(qtbot, fleet_ui:
         archive.list.setCurrentRow(0)
         _click(qtbot, archive.back_button)
         await ui.wait(lambda: sid in window.panes)
+        await ui.wait(lambda: archive.list.count() == 0)  # the row leaves once the session is back
         await ui.wait(lambda: any("add() adds now." in ln.text for ln in window.panes[sid].doc.lines))
         # remove: the confirmation names the worktree and the branch; yes deletes both
         _menu_action(ui, sid, "remove").trigger()
@@ -211,6 +212,34 @@ def test_the_pane_menu_renames_archives_brings_back_and_removes(qtbot, fleet_ui:
         await ui.wait(lambda: sid not in window.panes)
         await ui.wait(lambda: not worktree.exists())
         assert branch not in _git(ui.repo, "branch", "--list", branch)
+
+    ui.play(body)
+
+
+def test_an_unarchive_that_fails_leaves_the_session_listed(qtbot, fleet_ui: FleetUI, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    ui = fleet_ui
+
+    async def body() -> None:
+        import asyncio
+
+        from workstation.core.errors import UserError
+
+        sid = await _done_session(ui)
+        window = ui.window
+        _menu_action(ui, sid, "archive").trigger()
+        await ui.wait(lambda: sid not in window.panes)
+        archive = window.session_actions.open_archive()
+        archive.list.setCurrentRow(0)
+
+        async def refuse(session_id: str) -> None:
+            raise UserError("its worktree is gone")
+
+        monkeypatch.setattr(window.commands, "unarchive", refuse)
+        _click(qtbot, archive.back_button)
+        await asyncio.sleep(0.3)
+        # the session did not come back: it stays in the archive, to try again or remove
+        assert sid not in window.panes
+        assert archive.list.count() == 1 and archive.back_button.isEnabled()
 
     ui.play(body)
 

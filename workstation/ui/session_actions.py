@@ -212,8 +212,10 @@ class SessionActions:
         dialog = ArchiveDialog(commands.archived_sessions(), self._parent)
         dialog.unarchive_requested.connect(lambda sid: self._command("unarchive", lambda c: c.unarchive(sid)))
         dialog.remove_requested.connect(self.ask_remove)
-        if self.window.bridge is not None:  # a removed session leaves the list (the connection ends with the dialog)
+        if self.window.bridge is not None:  # a removed or unarchived session leaves the list
+            # (bound methods of the dialog: the connections end with it)
             self.window.bridge.session_removed.connect(dialog.forget)
+            self.window.bridge.session_unarchived.connect(dialog.forget)
         dialog.finished.connect(dialog.deleteLater)
         self.dialog = dialog
         dialog.open()

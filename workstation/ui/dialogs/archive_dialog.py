@@ -72,11 +72,11 @@ class ArchiveDialog(QDialog):
         self.list.setVisible(self.list.count() > 0)
 
     def _back(self) -> None:
+        """Ask for the session back; its row leaves when the fleet has brought it back
+        (:meth:`forget`), so an unarchive that fails leaves it listed."""
         sid = self._selected()
         if sid is not None:
-            self.list.takeItem(self.list.currentRow())
             self.unarchive_requested.emit(sid)
-            self._sync()
 
     def _remove(self) -> None:
         sid = self._selected()
@@ -84,7 +84,7 @@ class ArchiveDialog(QDialog):
             self.remove_requested.emit(sid)
 
     def forget(self, session_id: str) -> None:
-        """A session was removed: it leaves the list."""
+        """A session was removed or brought back to the grid: it leaves the list."""
         for i in range(self.list.count()):
             if self.list.item(i).data(Qt.ItemDataRole.UserRole) == session_id:
                 self.list.takeItem(i)
