@@ -177,6 +177,7 @@ class TuneSetup:
     workloads: tuple[tuple[str, str, Any, Any], ...]
     logs: Path
     repeats: int
+    agent_check: bool = False
 
 
 def best_changes(previous: dict[str, Any], key: str = "tune") -> list[str]:
@@ -251,7 +252,7 @@ def tune_setup(args: argparse.Namespace, *, candidates: bool, previous: dict[str
                       if w[0] in args.workloads.split(","))
     workloads = tuple(w[1:] for w in workloads)
     return TuneSetup(tune_settings, engine, model, store, baseline, reference, traits, help_flags, cands, side, gpus,
-                     workloads, settings.logs_dir, args.repeats)
+                     workloads, settings.logs_dir, args.repeats, agent_check=args.agent_check and not args.dry_run)
 
 
 def make_tuner(services, setup: TuneSetup):  # type: ignore[no-untyped-def]
@@ -261,7 +262,7 @@ def make_tuner(services, setup: TuneSetup):  # type: ignore[no-untyped-def]
                                      references=[su.reference], store=su.store, log_dir=su.logs / "gpu-tune",
                                      gpu_memory=lambda: su.gpus,
                                      sessions=max(32, max((w.concurrency for _k, _n, w, _s in su.workloads), default=32)),
-                                     repeats=su.repeats)
+                                     repeats=su.repeats, agent_check=su.agent_check)
     tuner.progress.connect(say)
     from run_probe import RunProbe
 
@@ -445,6 +446,9 @@ def main() -> int:
     ap.add_argument("--workloads", default="agent,cline", help="tune: which shapes, of agent,cline")
     ap.add_argument("--repeats", type=int, default=3, help="tune: runs per engine and shape (at least 3)")
     ap.add_argument("--suffix", default="", help="tune: appended to the result keys (a second round of a machine)")
+    ap.add_argument("--no-agent-check", dest="agent_check", action="store_false",
+                    help="tune: keep changes on the benchmark alone (default: 8 real agent sessions on "
+                         "each kept change and the baseline must hold up; off in --dry-run)")
     ap.add_argument("--no-fleets", dest="fleets", action="store_false",
                     help="tune: skip the real fleets on the speculating engines")
     ap.add_argument("--no-paired", dest="paired", action="store_false",
