@@ -270,14 +270,8 @@ async def fleets_on_speculation(args: argparse.Namespace, results, tuner, deadli
                                 timeout_s=min(90.0, left - 30), keep=False)
         run = await fr.run(ns, endpoint)
         after = await read_metrics(tuner.http, endpoint)
-
-        def delta(key: str) -> float | None:
-            if before is None or after is None:
-                return None
-            a, b = before.counter(key), after.counter(key)
-            return None if a is None or b is None else b - a
-
-        drafts, accepted = delta("spec_draft_tokens"), delta("spec_accepted_tokens")
+        drafts = fr.delta(after, before, "spec_draft_tokens")
+        accepted = fr.delta(after, before, "spec_accepted_tokens")
         out[trial.label] = {
             "sessions": run.get("sessions"), "wall_s": run.get("wall_s"), "generated_tok_s": run.get("generated_tok_s"),
             "tool_calls_mean": run.get("tool_calls_mean"), "prefix_hit_rate": run.get("prefix_hit_rate"),

@@ -14,7 +14,7 @@ from workstation.core.endpoints import Endpoint
 
 async def fetch_model_card(http: httpx.AsyncClient, endpoint: Endpoint) -> dict | None:
     """The ``/v1/models`` entry of the endpoint's model (or its first model); None if unknown."""
-    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    headers = endpoint.auth_headers()
     try:
         response = await http.get(endpoint.v1 + "/models", headers=headers)
         if response.status_code != 200:

@@ -23,5 +23,9 @@ class Endpoint:
     def v1(self) -> str:
         return self.base_url.rstrip("/") + "/v1"
 
+    def auth_headers(self) -> dict[str, str]:
+        """The bearer header its requests carry (none without a key)."""
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
     def __repr__(self) -> str:  # never print the key
         return f"Endpoint(name={self.name!r}, base_url={self.base_url!r}, model={self.model!r})"

@@ -90,8 +90,7 @@ class ChatClient:
         return self.model or self.endpoint.model
 
     def _headers(self, endpoint: Endpoint | None = None) -> dict[str, str]:
-        key = (endpoint or self.endpoint).api_key
-        return {"Authorization": f"Bearer {key}"} if key else {}
+        return (endpoint or self.endpoint).auth_headers()
 
     async def stream_chat(
         self,

@@ -99,7 +99,7 @@ def parse_adapter(value: str | None) -> tuple[str | None, str | None]:
 
 async def served_adapters(http: httpx.AsyncClient, endpoint: Endpoint) -> dict[str, str]:
     """The adapters an endpoint serves now: name → folder (vLLM lists them with a ``parent``)."""
-    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    headers = endpoint.auth_headers()
     try:
         response = await http.get(endpoint.v1 + "/models", headers=headers)
         data = response.json().get("data") or [] if response.status_code == 200 else []
@@ -119,7 +119,7 @@ async def ensure_adapter(http: httpx.AsyncClient, endpoint: Endpoint, name: str,
         raise UserError(f"the engine {endpoint.name} serves no LoRA adapter '{name}' (it serves: {known})",
                         hint="put it in engine.lora_dir, or give its folder so it is loaded at run time")
     adapter = read_adapter(Path(path).expanduser(), name)
-    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    headers = endpoint.auth_headers()
     try:
         response = await http.post(endpoint.base_url + "/v1/load_lora_adapter", headers=headers,
                                    json={"lora_name": adapter.name, "lora_path": str(adapter.path)})

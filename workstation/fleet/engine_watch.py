@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 async def endpoint_alive(http: httpx.AsyncClient, endpoint: Endpoint, *, timeout_s: float = 3.0) -> bool:
     """True when the endpoint answers its model list (the cheapest real request)."""
-    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    headers = endpoint.auth_headers()
     try:
         response = await http.get(endpoint.v1 + "/models", headers=headers, timeout=timeout_s)
     except httpx.HTTPError:

@@ -66,7 +66,7 @@ class MetricsScraper:
 
     async def scrape_once(self) -> EngineMetricsSample:
         """Scrape, derive and emit one sample (never raises for network trouble)."""
-        headers = {"Authorization": f"Bearer {self.endpoint.api_key}"} if self.endpoint.api_key else {}
+        headers = self.endpoint.auth_headers()
         timeout = max(2.0, 2 * self._interval_s)
         t_send = time.monotonic()
         try:

@@ -53,6 +53,9 @@ sampling, and a guided agent samples its drafts at 0.7-1.2 (``ignore_eos`` keeps
 TOKENIZE_CHUNK_CHARS = 8_000
 """One ``/tokenize`` request's share of the code text: ~2.5k tokens, inside any context."""
 _code_tokens: dict[tuple[str, str], list[int]] = {}
+CODE_TOKENS_KEPT = 8
+"""Endpoints whose code tokens are kept (~120k ids each; a tuning round starts a new engine,
+on a new port, per change)."""
 
 
 class StreamPlan(Protocol):
@@ -85,7 +88,7 @@ class LoadError(Exception):
 
 async def token_pool(http: httpx.AsyncClient, endpoint: Endpoint) -> list[int]:
     """Ordinary token ids of the served model, from its ``/tokenize`` (fallback: low ids)."""
-    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    headers = endpoint.auth_headers()
     body = {"model": endpoint.model, "prompt": SAMPLE_TEXT, "add_special_tokens": False}
     with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, TypeError):
         response = await http.post(endpoint.base_url.rstrip("/") + "/tokenize", json=body, headers=headers)
@@ -101,7 +104,7 @@ async def code_tokens(http: httpx.AsyncClient, endpoint: Endpoint) -> list[int]:
     key = (endpoint.base_url, endpoint.model)
     if key in _code_tokens:
         return _code_tokens[key]
-    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    headers = endpoint.auth_headers()
     text = code_text()
     ids: list[int] = []
     url = endpoint.base_url.rstrip("/") + "/tokenize"
@@ -117,13 +120,15 @@ async def code_tokens(http: httpx.AsyncClient, endpoint: Endpoint) -> list[int]:
     except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
         log.info("no /tokenize at %s (%s); prompts fall back to random tokens", endpoint.base_url, exc)
         return []
+    while len(_code_tokens) >= CODE_TOKENS_KEPT:
+        del _code_tokens[next(iter(_code_tokens))]  # the oldest
     _code_tokens[key] = ids
     return ids
 
 
 async def read_metrics(http: httpx.AsyncClient, endpoint: Endpoint) -> MetricsReading | None:
     """One scrape of ``/metrics`` parsed by the telemetry parser (None when unavailable)."""
-    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+    headers = endpoint.auth_headers()
     try:
         response = await http.get(endpoint.base_url.rstrip("/") + "/metrics", headers=headers, timeout=5.0)
         if response.status_code != 200:
@@ -201,9 +206,7 @@ class LoadGenerator:
         if planned.choices > 1:
             body["n"] = planned.choices
             body["temperature"] = CHOICES_TEMPERATURE
-        headers = {"Content-Type": "application/json"}
-        if self.endpoint.api_key:
-            headers["Authorization"] = f"Bearer {self.endpoint.api_key}"
+        headers = {"Content-Type": "application/json", **self.endpoint.auth_headers()}
         timing = RequestTiming(sent_s=time.monotonic(), prompt_tokens=len(planned.prompt), choices=planned.choices)
         counted = timing.choice_tokens
         self.timings.append(timing)

@@ -186,7 +186,7 @@ class SafeSwitch:
                 await out
 
     async def _probe(self, endpoint: Endpoint) -> None:
-        headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
+        headers = endpoint.auth_headers()
         body = {"model": endpoint.model, "prompt": "ok", "max_tokens": 1}
         response = await self.http.post(endpoint.v1 + "/completions", json=body, headers=headers, timeout=60.0)
         if response.status_code != 200:

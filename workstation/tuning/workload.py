@@ -31,9 +31,9 @@ dataset) use ``random``.
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Sequence
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
