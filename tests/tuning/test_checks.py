@@ -165,8 +165,23 @@ def test_gpu_ngram_drafts_are_refused_where_agents_hold_replies_to_a_schema():
     sync = check([*NGRAM_GPU, "--no-async-scheduling"], True)
     assert not messages(sync, Severity.ERROR) and "not been measured" in messages(sync, Severity.WARNING)[0]
     # drafts of the CPU engine's own n-gram method are another code path
-    cpu = ["--speculative-config", '{"method":"ngram","num_speculative_tokens":3}']
-    assert not messages(check(cpu, True), Severity.ERROR)
+    host = ["--speculative-config", '{"method":"ngram","num_speculative_tokens":3}']
+    assert not messages(check(host, True), Severity.ERROR)
+
+
+def test_host_side_ngram_drafts_on_a_gpu_turn_async_scheduling_off():
+    """vLLM 0.26 (config/vllm.py) runs async scheduling only with EAGLE, MTP, a draft model and
+    ngram_gpu: it turns it off by itself for method ngram, and refuses to start when asked for both."""
+    host = ["--speculative-config", '{"method":"ngram","num_speculative_tokens":8,"prompt_lookup_max":5}']
+
+    def check(args):
+        return check_profile(args, {}, platform="cuda", engine_version="0.26.0",
+                             help_flags=HELP | {"--async-scheduling"}, traits=model_traits("m", LLAMA))
+
+    assert "turns async scheduling off" in " ".join(messages(check(host), Severity.NOTE))
+    assert not messages(check(host), Severity.ERROR)
+    refused = messages(check([*host, "--async-scheduling"]), Severity.ERROR)
+    assert len(refused) == 1 and "refuses to start" in refused[0]
 
 
 def test_the_guided_rule_follows_the_agents_protocol_choice(tmp_path):

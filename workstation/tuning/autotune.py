@@ -130,6 +130,17 @@ def candidates_for(platform: str, traits: ModelTraits, *, concurrency: int, base
             # an agent copying a file it read copies far more than 5 tokens in a row
             Candidate.of(["--speculative-config", _spec("ngram_gpu", 8, prompt_lookup_max=5, prompt_lookup_min=2)],
                          label="n-gram speculation (GPU), 8 tokens"),
+            # The two ways to n-gram drafts where the agents' replies are held to a grammar
+            # (ngram_gpu beside it under async scheduling broke them on an H200: vLLM #49694):
+            # the host-side proposer, for which vLLM turns async scheduling off itself and keeps
+            # the grammar on its synchronous path, and the GPU proposer with async scheduling
+            # off; whether either pays for the lost overlap is what the screening measures, and
+            # whether the agents still work is what the agent check measures.
+            Candidate.of(["--speculative-config", _spec("ngram", 8, prompt_lookup_max=5, prompt_lookup_min=2)],
+                         label="n-gram speculation (host), 8 tokens"),
+            Candidate.of(["--speculative-config", _spec("ngram_gpu", 8, prompt_lookup_max=5, prompt_lookup_min=2),
+                          "--no-async-scheduling"],
+                         label="n-gram speculation (GPU), 8 tokens, no async scheduling"),
             Candidate.of(["--max-cudagraph-capture-size", "1024"], label="CUDA graphs up to 1,024 tokens"),
             Candidate.of(["--kv-cache-dtype", "fp8"], label="fp8 KV cache"),
             Candidate.of(["--prefix-caching-hash-algo", "xxhash"], label="prefix hash xxhash"),

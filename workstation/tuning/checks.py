@@ -313,6 +313,15 @@ def check_profile(
                                         "reported with async scheduling, which is off here; this combination has "
                                         "not been measured with the app's agents (the tuner's agent check would "
                                         "show it)", "--speculative-config"))
+        if method == "ngram":
+            if "--async-scheduling" in flags:
+                found.append(Finding(E, "vLLM refuses to start with async scheduling and host-side n-gram drafts "
+                                        "(method ngram; only EAGLE, MTP, a draft model and ngram_gpu run async): "
+                                        "drop --async-scheduling or use ngram_gpu", "--async-scheduling"))
+            else:
+                found.append(Finding(N, "with host-side n-gram drafts (method ngram) vLLM turns async scheduling "
+                                        "off, so the drafts must pay for the lost overlap of CPU and GPU work",
+                                     "--speculative-config"))
         if "--kv-cache-memory-bytes" in flags and "--gpu-memory-utilization" in flags:
             found.append(Finding(W, "--kv-cache-memory-bytes takes precedence over "
                                     "--gpu-memory-utilization; the latter is ignored", "--gpu-memory-utilization"))
