@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -38,28 +37,10 @@ MODEL_NAMES = {"smollm2": "SmolLM2-135M-Instruct (Q4_1 GGUF)", "tiny": "a tiny r
 
 def machine() -> str:
     """The machine in words: cores, CPU, memory, GPU (what a reader needs to weigh the figures)."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        mem_kib = int(next(ln for ln in Path("/proc/meminfo").read_text().splitlines()
-                           if ln.startswith("MemTotal")).split()[1])
-        mem = f", {mem_kib / 1024 / 1024:.0f} GiB"
-    except (OSError, StopIteration, ValueError):
-        mem = ""
-    from workstation.telemetry.nvml import NvmlReader
+    from workstation.tuning.results import describe_hardware
 
-    reader = NvmlReader()
-    reader.open()
-    snapshot = reader.read()
-    reader.close()
-    gpu = ", ".join(d.name for d in snapshot.devices) if snapshot.devices else "no GPU"
-    return f"{os.cpu_count()} cores ({cpu}){mem}, {gpu}"
+    hw = describe_hardware()
+    return f"{hw['cpu_count']} cores ({hw['cpu']}), {hw['memory_gib']:.0f} GiB, {', '.join(hw['gpus']) or 'no GPU'}"
 
 
 def fresh_data_dir(real_data_dir: Path, prefix: str) -> Path:
