@@ -40,6 +40,8 @@ class FakeEngine:
     """Each completion request's ``n``."""
     max_tokens_asked: list[int] = field(default_factory=list)
     prompts: list[list[int]] = field(default_factory=list)
+    constraints_asked: list[dict[str, Any] | None] = field(default_factory=list)
+    """Each completion request's ``structured_outputs`` (None: none)."""
 
 
 class FakeVllm:
@@ -91,6 +93,7 @@ class FakeVllm:
             return httpx.Response(400, json={"error": {"message": f"n must be 1 when using greedy sampling, got {seqs}."}})
         engine.choices_asked.append(seqs)
         engine.max_tokens_asked.append(n)
+        engine.constraints_asked.append(body.get("structured_outputs"))
         if isinstance(prompt, list):
             engine.prompts.append(list(prompt))
         if isinstance(prompt, list):

@@ -129,3 +129,34 @@ async def test_a_replay_sends_drafts_as_n_sequences_and_counts_each_token_once(t
     assert result.failed == 0 and result.completed == 3, result.notes
     assert [t.choice_tokens for t in gen.timings] == [{0: 12}, {i: 20 for i in range(6)}, {0: 8}]
     assert result.output_tokens == 12 + 6 * 20 + 8
+
+
+async def test_a_constrained_replay_generates_the_full_lengths(smollm2_engine: Endpoint) -> None:
+    """The replay's structured-outputs regex (for the requests a guided agent held to one) is
+    taken by vLLM's /v1/completions and ends no sequence early: every request, of one sequence
+    or of n, generates exactly the captured length (``ignore_eos``), as without it."""
+    from workstation.core.requests import RequestRecord
+    from workstation.core.traffic import shape_from_records
+    from workstation.tuning.loadgen import LoadGenerator, workload_from_shape
+    from workstation.tuning.workload import replay_regex
+
+    def rec(start: float, prompt: int, out: int, choices: int = 1, shared: int | None = None) -> RequestRecord:
+        return RequestRecord("e", "smollm2", "a", start, 0.1, 1.0, prompt, out, 0, 0.1, True, choices=choices,
+                             constraint="regex", constraint_chars=600, shared_prefix_tokens=shared)
+
+    shape = shape_from_records("guided", [rec(0, 300, 48), rec(1, 340, 2 * 40, choices=2, shared=300),
+                                          rec(2, 320, 64, shared=120)])
+    assert shape.guided_fraction == 1.0
+    async with make_http_client() as http:
+        w = workload_from_shape(shape, concurrency=1, duration_s=300.0, warmup_s=0.0, max_requests=3)
+        gen = LoadGenerator(http, smollm2_engine, w, shape=shape)
+        result = await gen.run()
+        # the engine reads the field: a regex it cannot compile is refused, not ignored
+        body = {"model": smollm2_engine.model, "prompt": [100, 200, 300], "max_tokens": 4, "ignore_eos": True,
+                "structured_outputs": {"regex": replay_regex(1) + "(("}}
+        refused = await http.post(smollm2_engine.v1 + "/completions", json=body,
+                                  headers=smollm2_engine.auth_headers())
+    assert result.failed == 0 and result.completed == 3, result.notes
+    assert [t.choice_tokens for t in gen.timings] == [{0: 48}, {0: 40, 1: 40}, {0: 64}]
+    assert result.output_tokens == 48 + 80 + 64
+    assert refused.status_code == 400, refused.text[:300]

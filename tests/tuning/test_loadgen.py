@@ -4,7 +4,14 @@ from workstation.core.requests import RequestRecord
 from workstation.core.traffic import shape_from_records
 from workstation.tuning.loadgen import LoadError, LoadGenerator, workload_from_shape
 from workstation.tuning.results import BenchResult, Slo, Workload, comparison_table
-from workstation.tuning.workload import ReplayStream, TokenSource, code_text
+from workstation.tuning.workload import (
+    REPLAY_REGEX_BODY,
+    REPLAY_REGEX_MAX_CHARS,
+    ReplayStream,
+    TokenSource,
+    code_text,
+    replay_regex,
+)
 
 from .fake_vllm import FakeVllm
 
@@ -77,8 +84,9 @@ def test_workloads_that_cannot_fit_are_refused():
         LoadGenerator(None, None, Workload(kind="replay", concurrency=1))  # type: ignore[arg-type]
 
 
-def rec(sid, start, prompt, out, choices=1):
-    return RequestRecord("e", "m", sid, start, 0.1, 1.0, prompt, out, 0, 0.1, True, choices=choices)
+def rec(sid, start, prompt, out, choices=1, constraint=None, chars=0, shared=None):
+    return RequestRecord("e", "m", sid, start, 0.1, 1.0, prompt, out, 0, 0.1, True, choices=choices,
+                         constraint=constraint, constraint_chars=chars, shared_prefix_tokens=shared)
 
 
 def test_replay_keeps_append_only_histories_with_real_output_tokens():
@@ -213,3 +221,67 @@ def test_unknown_content_is_refused():
     with pytest.raises(ValueError, match="unknown prompt content"):
         LoadGenerator(None, None, Workload(kind="synthetic", concurrency=1, input_len=8, output_len=8,  # type: ignore[arg-type]
                                             content="poetry"))
+
+
+def test_replay_follows_the_measured_sharing_of_a_guided_session():
+    """Each prompt starts with as much of the stream's previous request (prompt, then output) as
+    the captured one shared with its session's previous request, then fresh tokens."""
+    records = [rec("a", 0, 100, 10, shared=None), rec("a", 1, 120, 10, shared=100),  # one view, two requests
+               rec("a", 2, 90, 10, shared=40),  # the next turn's view: only its head is the same
+               rec("a", 3, 150, 10, shared=95)]  # reaches into what the server generated
+    shape = shape_from_records("g", records, common_prefix_tokens=30)
+    tokens = TokenSource(range(100, 200), seed=3)
+    stream = ReplayStream(tokens, [reqs for _, reqs in shape.trace], start=0, step=1,
+                          common_prefix=tokens.fresh(30))
+    first = stream.next()
+    assert len(first.prompt) == 100 and first.prompt[:30] == stream.common_prefix
+    stream.completed([1] * 10)
+    second = stream.next()
+    assert len(second.prompt) == 120 and second.prompt[:100] == first.prompt
+    assert second.prompt[100:110] != [1] * 10  # not the append-only history: fresh after the shared part
+    stream.completed([2] * 10)
+    third = stream.next()
+    assert len(third.prompt) == 90 and third.prompt[:40] == second.prompt[:40] and third.prompt[40] != second.prompt[40]
+    stream.completed([3] * 10)
+    fourth = stream.next()
+    assert fourth.prompt[:95] == third.prompt + [3] * 5
+
+
+def test_replay_regex_changes_nothing_generated_and_never_lets_the_text_end():
+    import re
+
+    text = code_text(4000)
+    a, b = replay_regex(1), replay_regex(2)
+    assert a != b  # each request's own: compiled anew, as a guided agent's regexes are
+    assert a.startswith(REPLAY_REGEX_BODY)
+    tail = a[len(REPLAY_REGEX_BODY):]
+    assert tail and "\x1e" not in tail
+    assert re.fullmatch(a, text + "\x1e" + tail)  # any code, in lines; it may end only after U+001E
+    assert not re.fullmatch(a, text) and not re.fullmatch(a, text + "\n")
+    assert len(replay_regex(3, 700)) == 700 and len(replay_regex(3, 10**6)) == REPLAY_REGEX_MAX_CHARS
+
+
+async def test_replay_constrains_the_requests_that_were_constrained_and_only_those():
+    shape = shape_from_records("g", [rec("a", 0, 64, 4, constraint="regex", chars=200), rec("a", 1, 80, 4),
+                                     rec("a", 2, 96, 4, constraint="json", chars=50)])
+    vllm = FakeVllm()
+    engine = vllm.add(token_delay_s=0.001)
+    async with vllm.client() as http:
+        w = workload_from_shape(shape, concurrency=1, duration_s=30.0, warmup_s=0.0, max_requests=3)
+        assert w.constrained
+        result = await LoadGenerator(http, endpoint_of(engine), w, shape=shape).run()
+        assert result.completed == 3
+        sent = engine.constraints_asked
+        assert sent[1] is None and all(set(c) == {"regex"} for c in (sent[0], sent[2]))
+        assert len(sent[0]["regex"]) == 200 and sent[0]["regex"] != sent[2]["regex"]
+        off = workload_from_shape(shape, concurrency=1, duration_s=30.0, warmup_s=0.0, max_requests=3,
+                                  constrained=False)
+        assert "no constraints" in off.describe()
+        engine.constraints_asked.clear()
+        await LoadGenerator(http, endpoint_of(engine), off, shape=shape).run()
+        assert engine.constraints_asked == [None, None, None]
+        engine.constraints_asked.clear()
+        synthetic = Workload(kind="synthetic", concurrency=1, input_len=8, output_len=3, duration_s=30.0,
+                             max_requests=2)
+        await LoadGenerator(http, endpoint_of(engine), synthetic).run()
+        assert engine.constraints_asked == [None, None]

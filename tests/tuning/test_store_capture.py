@@ -86,10 +86,15 @@ async def test_recorder_on_a_fleet_gets_one_record_per_model_request_of_every_cl
         assert before.observers is after.observers is factory.request_observers
         await before.complete([{"role": "user", "content": "x"}], max_tokens=2)  # after stop: not recorded
     assert [(r.session_id, r.completion_tokens, r.choices) for r in recorder.records] == [
-        ("s1", 5, 1), ("s2", 7, 3), ("s2", 2, 1), (None, 1, 1)]
+        ("s1", 5, 1), ("s2", 7, 3), ("s2", 2, 1)]
     assert all(r.ok and r.prompt_tokens for r in recorder.records)
+    # each client compares a request with its previous one: s2's second repeats its first
+    assert [r.shared_prefix_tokens for r in recorder.records] == [None, None, recorder.records[2].prompt_tokens]
+    # the priming (no session) is kept apart: not a one-request session of the shape
+    assert [(r.session_id, r.completion_tokens) for r in recorder.priming] == [(None, 1)]
     shape = recorder.shape()
-    assert shape.source == "fleet" and shape.requests == 4 and shape.multi_choice_requests == 1
+    assert shape.source == "fleet" and shape.requests == 3 and shape.sessions == 2
+    assert shape.multi_choice_requests == 1
 
 
 def test_a_fleet_whose_agents_report_no_requests_is_refused(tmp_path):
@@ -125,3 +130,67 @@ async def test_recorder_observes_chat_clients_and_reads_metrics():
     shape = recorder.shape()
     assert shape.requests == 3 and shape.sessions == 3
     assert shape.completion_tokens.p50 == 5
+
+
+async def test_a_client_records_each_requests_constraint_and_what_it_repeats_of_the_previous_one():
+    """The guided protocol's requests: a view plus a hint, then the same view plus another ask
+    (sharing the view), each held to a regex; the record keeps the regex's kind and size, and
+    the prompt tokens the request repeats of its client's previous one."""
+    import httpx
+    import orjson
+
+    from workstation.core.endpoints import Endpoint
+    from workstation.engine.chat_client import ChatClient
+
+    def chat(request: httpx.Request) -> httpx.Response:  # a prompt of a token per 4 bytes of messages
+        body = orjson.loads(request.content)
+        usage = {"prompt_tokens": len(orjson.dumps(body["messages"])) // 4, "completion_tokens": 1}
+        events = [{"choices": [{"index": 0, "delta": {"content": "y"}}]}, {"choices": [], "usage": usage}]
+        payload = (b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in events) + b"data: [DONE]\n\n")
+
+        async def stream():  # type: ignore[no-untyped-def]
+            yield payload
+
+        return httpx.Response(200, content=stream(), headers={"content-type": "text/event-stream"})
+
+    records: list[RequestRecord] = []
+    view = [{"role": "system", "content": "You are a coding agent. " * 40},
+            {"role": "user", "content": "Fix the failing test in calc.py. " * 5}]
+    async with httpx.AsyncClient(transport=httpx.MockTransport(chat)) as http:
+        client = ChatClient(http, Endpoint("http://fake", "k", "m"), observers=[records.append], session_id="s")
+        regex = "(<tool_call>a</tool_call>|<tool_call>b</tool_call>)"
+        await client.complete([*view, {"role": "user", "content": "Next step: read a file."}], max_tokens=3,
+                              extra={"structured_outputs": {"regex": regex}})
+        await client.complete([*view, {"role": "assistant", "content": "a"},
+                               {"role": "user", "content": "Now write the new code. " * 30}], max_tokens=3,
+                              extra={"structured_outputs": {"regex": "```python\n[^`]*```"}, "n": 2})
+        await client.complete(view[:1] + [{"role": "user", "content": "something else entirely"}], max_tokens=2)
+    first, second, third = records
+    assert (first.constraint, first.constraint_chars, first.shared_prefix_tokens) == ("regex", len(regex), None)
+    assert second.constraint == "regex" and second.choices == 2 and third.constraint is None
+    # the second repeats the view (most of the first's prompt, less than its own); the third only
+    # the system prompt (most of its short prompt)
+    assert 0.9 * len(orjson.dumps(view)) // 4 < second.shared_prefix_tokens < first.prompt_tokens
+    system = len(orjson.dumps(view[:1])) // 4
+    assert system <= third.shared_prefix_tokens <= system + 8 < third.prompt_tokens  # + the next role
+    shape = shape_from_records("guided", records)
+    assert shape.guided_fraction == pytest.approx(2 / 3) and shape.prefix_reuse.count == 2
+
+
+def test_the_fleets_priming_tells_the_common_prefix():
+    """The priming request's prompt is the shared system prompt (and a stub user turn), so the
+    common prefix is known instead of guessed from the shortest first prompt."""
+    from workstation.tuning.fleet_capture import PRIMING_OWN_TOKENS, estimate_common_prefix
+
+    recorder = TrafficRecorder("f")
+    recorder.source = "fleet"
+    recorder.observe(rec(None, 0, 1400, 1))
+    for i, sid in enumerate(("a", "b")):
+        recorder.observe(rec(sid, 1 + i, 1600 + 100 * i, 20))
+        recorder.observe(rec(sid, 5 + i, 1900, 20))
+    assert len(recorder.priming) == 1 and len(recorder.records) == 4
+    assert estimate_common_prefix(recorder) == 1400 - PRIMING_OWN_TOKENS
+    recorder.priming.clear()  # without it: the shortest first prompt less an allowance
+    assert estimate_common_prefix(recorder) == 1600 - 96
+    recorder.common_prefix_tokens = estimate_common_prefix(recorder)
+    assert recorder.shape().sessions == 2

@@ -11,10 +11,11 @@ from workstation.core.traffic import (
 )
 
 
-def rec(sid, start, dur, prompt, out, cached=0, ok=True, choices=1):
+def rec(sid, start, dur, prompt, out, cached=0, ok=True, choices=1, constraint=None, chars=0, shared=None):
     return RequestRecord(endpoint="http://x", model="m", session_id=sid, started_s=start, ttft_s=0.1,
                          duration_s=dur, prompt_tokens=prompt, completion_tokens=out, cached_tokens=cached,
-                         max_gap_s=0.05, ok=ok, error=None if ok else "boom", choices=choices)
+                         max_gap_s=0.05, ok=ok, error=None if ok else "boom", choices=choices,
+                         constraint=constraint, constraint_chars=chars, shared_prefix_tokens=shared)
 
 
 def test_percentile_interpolates():
@@ -116,3 +117,79 @@ def test_largest_token_gap_only_counts_requests_in_the_window():
     straddling = RequestRecord("e", "m", "c", 3.0, 0.1, 3.0, 10, 10, 0, 0.9, True)
     assert largest_token_gap([before, inside, straddling], 4.0, 8.0) == (1.7, "b")
     assert largest_token_gap([before], 4.0, 8.0) == (None, None)
+
+
+def test_the_shape_keeps_which_requests_were_constrained_and_its_guided_fraction():
+    records = [rec("a", 0, 1, 100, 10, constraint="regex", chars=300),
+               rec("a", 1, 1, 150, 60, choices=6, constraint="regex", chars=90),
+               rec("b", 0, 1, 100, 10, constraint="json", chars=40), rec("b", 1, 1, 120, 10)]
+    shape = shape_from_records("g", records)
+    assert shape.constrained_requests == 3 and shape.guided_fraction == 0.75
+    assert shape.constraint_kinds == (("regex", 2), ("json", 1))
+    by_session = dict(shape.trace)
+    assert [(r.constraint, r.constraint_chars) for r in by_session["a"]] == [("regex", 300), ("regex", 90)]
+    assert [r.constraint for r in by_session["b"]] == ["json", None]
+    assert "75% constrained (regex/json)" in shape.summary_line()
+    assert TrafficShape.from_dict(shape.to_dict()) == shape
+    plain = shape_from_records("p", [rec("a", 0, 1, 100, 10)])
+    assert plain.guided_fraction == 0 and "constrained" not in plain.summary_line()
+
+
+def test_measured_sharing_replaces_the_append_only_estimate():
+    """A guided session: each request is the session's view plus a step hint; the two requests
+    of a turn share its view, the next turn's view is rebuilt and shares only its head."""
+    records = [rec("a", 0, 1, 1000, 10, shared=None), rec("a", 1, 1, 1100, 80, shared=1000),
+               rec("a", 2, 1, 900, 10, shared=400)]
+    shape = shape_from_records("g", records)
+    assert shape.shared_prefix_share == pytest.approx((1000 + 400) / 3000)
+    assert [r.shared_tokens for r in dict(shape.trace)["a"]] == [None, 1000, 400]
+    assert shape.prefix_reuse.count == 2 and shape.prefix_reuse.max == pytest.approx(100 * 1000 / 1100)
+    # the estimate would have called the third (shorter) prompt condensed and the second shared 1010
+    estimated = shape_from_records("e", [rec("a", 0, 1, 1000, 10), rec("a", 1, 1, 1100, 80), rec("a", 2, 1, 900, 10)])
+    assert estimated.shared_prefix_share == pytest.approx(1010 / 3000) and estimated.prefix_reuse.count == 0
+    assert TrafficShape.from_dict(shape.to_dict()) == shape
+    # a measured first request (its client's previous request was before the capture) starts at 0
+    late = shape_from_records("l", [rec("a", 0, 1, 1000, 10, shared=900), rec("a", 1, 1, 1100, 10, shared=1000)])
+    assert [r.shared_tokens for r in dict(late.trace)["a"]] == [0, 1000]
+
+
+def test_output_lengths_are_per_sequence_not_a_request_for_n_summed():
+    shape = shape_from_records("n", [rec("a", 0, 1, 100, 600, choices=6), rec("a", 1, 1, 100, 100)])
+    assert shape.completion_tokens.max == 100 and shape.completion_tokens.p50 == 100
+    # the trace keeps the request's total: the replay asks for n sequences of total / n
+    assert [r.completion_tokens for r in dict(shape.trace)["a"]] == [600, 100]
+
+
+def test_a_version_2_shape_loads_without_constraints_or_measured_sharing():
+    d = shape_from_records("v2", [rec("a", 0, 1, 100, 10, constraint="regex", shared=0),
+                                  rec("a", 1, 1, 150, 10, constraint="regex", shared=100)]).to_dict()
+    d["version"] = 2
+    for key in ("constrained_requests", "constraint_kinds", "prefix_reuse"):
+        d.pop(key)
+    for s in d["trace"]:
+        s["requests"] = [r[:5] for r in s["requests"]]
+    loaded = TrafficShape.from_dict(d)
+    assert [(r.shared_tokens, r.constraint, r.constraint_chars) for _, reqs in loaded.trace for r in reqs] == [
+        (None, None, 0), (None, None, 0)]
+    assert loaded.constrained_requests == 0 and loaded.prefix_reuse.count == 0 and loaded.requests == 2
+
+
+def test_constraint_of_a_request_body():
+    from workstation.core.requests import constraint_of
+
+    assert constraint_of({"structured_outputs": {"regex": "(a|b)"}}) == ("regex", 5)
+    assert constraint_of({"structured_outputs": {"choice": ["yes", "no"]}}) == ("choice", len('["yes","no"]'))
+    assert constraint_of({"structured_outputs": {"json": {"type": "object"}}})[0] == "json"
+    assert constraint_of({"guided_regex": "x+"}) == ("regex", 2)
+    assert constraint_of({"response_format": {"type": "json_schema", "json_schema": {"name": "a"}}})[0] == "json"
+    assert constraint_of({"response_format": {"type": "text"}}) == (None, 0)
+    assert constraint_of({"messages": []}) == (None, 0)
+
+
+def test_common_prefix_bytes():
+    from workstation.core.requests import common_prefix_bytes
+
+    assert common_prefix_bytes(b"abcdef", b"abcxyz") == 3
+    assert common_prefix_bytes(b"abc", b"abcdef") == 3
+    assert common_prefix_bytes(b"", b"abc") == 0
+    assert common_prefix_bytes(b"x" * 10_000 + b"a", b"x" * 10_000 + b"b") == 10_000

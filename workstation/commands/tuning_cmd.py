@@ -119,6 +119,9 @@ def _workload_args(p: argparse.ArgumentParser, *, duration: float = 30.0, warmup
     g.add_argument("--content", choices=("code", "random"),
                    help="prompts' fresh tokens: windows of real code or random ids "
                         "(default: code for a shape, random for synthetic lengths)")
+    g.add_argument("--no-constraints", dest="constrained", action="store_false",
+                   help="replay: send no structured-outputs constraints (by default the requests that "
+                        "carried one when captured, as a guided agent's all do, carry one)")
     g.add_argument("--slo-ttft-ms", type=float, default=2000.0, help="goodput SLO on TTFT (default 2000)")
     g.add_argument("--slo-tpot-ms", type=float, default=200.0, help="goodput SLO on TPOT (default 200)")
 
@@ -329,7 +332,8 @@ def _workload(args: argparse.Namespace, store, *, default_concurrency: int = 8, 
     shape = store.load_shape(_shape_name(store, args.shape))
     w = workload_from_shape(shape, concurrency=args.concurrency, duration_s=args.duration_s,
                             warmup_s=args.warmup_s, max_requests=args.max_requests,
-                            content=getattr(args, "content", None) or "code")
+                            content=getattr(args, "content", None) or "code",
+                            constrained=getattr(args, "constrained", True))
     if args.rate:
         w = replace(w, request_rate_per_s=args.rate)
     return w, shape, slo

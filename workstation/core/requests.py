@@ -3,7 +3,16 @@ throughput meters and of the traffic shape the tuner optimizes for."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+CONSTRAINT_KINDS = ("regex", "json", "choice", "grammar", "structural_tag", "json_object")
+"""vLLM's ``structured_outputs`` kinds, in the order a request's fields are looked at."""
+_LEGACY_FIELDS = {"guided_regex": "regex", "guided_json": "json", "guided_choice": "choice",
+                  "guided_grammar": "grammar"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,3 +34,55 @@ class RequestRecord:
     error: str | None = None
     choices: int = 1
     """Sequences the request asked for (its ``n``); ``completion_tokens`` counts them all."""
+    constraint: str | None = None
+    """The kind of structured-outputs constraint it carried (one of :data:`CONSTRAINT_KINDS`),
+    None when unconstrained: the guided protocol holds every request to a regex, whose
+    grammar costs the engine CPU at every step."""
+    constraint_chars: int = 0
+    """The constraint's size (a regex's characters, a schema's JSON), not the text itself."""
+    shared_prefix_tokens: int | None = None
+    """Prompt tokens that repeat the previous request of the same client (its session), as the
+    client estimated them from the two requests' messages; None when not measured."""
+
+
+def constraint_of(body: Mapping[str, Any]) -> tuple[str | None, int]:
+    """(kind, size) of the structured-outputs constraint a request body carries: vLLM's
+    ``structured_outputs``, its older ``guided_*`` fields, or OpenAI's ``response_format``."""
+    spec = body.get("structured_outputs")
+    if isinstance(spec, Mapping):
+        for kind in CONSTRAINT_KINDS:
+            value = spec.get(kind)
+            if value not in (None, False):
+                return kind, _size(value)
+    for name, kind in _LEGACY_FIELDS.items():
+        if body.get(name) is not None:
+            return kind, _size(body[name])
+    fmt = body.get("response_format")
+    if isinstance(fmt, Mapping) and fmt.get("type") in ("json_schema", "json_object"):
+        return ("json" if fmt["type"] == "json_schema" else "json_object"), _size(fmt.get("json_schema") or "")
+    return None, 0
+
+
+def _size(value: Any) -> int:
+    if isinstance(value, str):
+        return len(value)
+    try:
+        return len(orjson.dumps(value))
+    except TypeError:
+        return 0
+
+
+def common_prefix_bytes(a: bytes, b: bytes) -> int:
+    """Length of the common prefix of ``a`` and ``b`` (bisection over C-level compares)."""
+    n = min(len(a), len(b))
+    ma, mb = memoryview(a), memoryview(b)
+    if ma[:n] == mb[:n]:
+        return n
+    lo, hi = 0, n  # ma[:lo] == mb[:lo] and ma[:hi] != mb[:hi]
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ma[:mid] == mb[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo

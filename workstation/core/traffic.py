@@ -4,21 +4,28 @@ A :class:`TrafficShape` is what the tuner optimizes for (the report's lesson: tu
 depends on the traffic). It is computed from :class:`~workstation.core.requests.RequestRecord`
 (one per finished request, as the chat client saw it) and holds
 
-- prompt and output length distributions (percentiles and log2 histograms for a chart),
+- prompt and output length distributions (percentiles and log2 histograms for a chart; an
+  output length is one sequence's, a request for ``n`` sequences counting its total over ``n``),
 - concurrency over time (a time-weighted series, one point per ``bin_s``) and its summary,
 - the request rate,
-- the shared-prefix share: the part of prompt tokens that repeat an earlier request's
-  prefix. Agents keep append-only histories, so a session's next prompt starts with its
-  previous prompt and completion; the share is estimated from that structure
-  (``min(prev_prompt + prev_completion, prompt)`` per follow-up request; a prompt shorter
-  than the previous one means the history was condensed and counts as not shared).
+- the shared-prefix share: the part of prompt tokens that repeat the session's previous
+  request. Where the client measured it (``RequestRecord.shared_prefix_tokens``: the common
+  prefix of the two requests' messages) that is used — a guided agent's requests are a
+  rebuilt view of the session plus a step hint, several per turn on one view, so they share
+  far more, and differently, than an append-only history would. Otherwise it is estimated
+  from the append-only structure (``min(prev_prompt + prev_completion, prompt)`` per follow-up
+  request; a prompt shorter than the previous one means the history was condensed and counts
+  as not shared). ``prefix_reuse`` is the distribution of the per-request share (percent).
   Prefixes shared *across* sessions (system prompt, tool specs) are added when the capture
   knows their length (``common_prefix_tokens``). It is what an unbounded prefix cache could hit.
 - the prefix-cache hit rate the server really achieved: cached / prompt tokens where the
   server reports cached tokens, else whatever the capture measured on ``/metrics``.
 - how many requests asked for several sequences at once (``n``: a small model's guided
   agent drafts six) and how many;
-- a bounded trace (per session: offset, prompt, completion tokens, choices) that a benchmark replays.
+- how many carried a structured-outputs constraint, of which kinds (the guided protocol holds
+  every request to a regex, whose grammar the engine applies at every step);
+- a bounded trace (per session: offset, prompt, completion tokens, choices, shared prefix,
+  constraint) that a benchmark replays.
 """
 
 from __future__ import annotations
@@ -32,8 +39,10 @@ from workstation.core.requests import RequestRecord
 
 TRACE_LIMIT = 5000
 SERIES_LIMIT = 600
-SHAPE_VERSION = 2
-"""2: each trace request may carry its ``choices`` (version 1 shapes load with 1)."""
+SHAPE_VERSION = 3
+"""2: each trace request may carry its ``choices`` (version 1 shapes load with 1).
+3: and its measured shared prefix and constraint kind and size (older shapes load without:
+estimated sharing, no constraint)."""
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float | None:
@@ -105,6 +114,11 @@ class TraceRequest:
     duration_s: float = 0.0
     choices: int = 1
     """Sequences asked for at once (the request's ``n``)."""
+    shared_tokens: int | None = None
+    """Prompt tokens that repeat the session's previous request (None: not measured)."""
+    constraint: str | None = None
+    """Its structured-outputs kind (``regex`` …), None when it carried none."""
+    constraint_chars: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,8 +153,20 @@ class TrafficShape:
     """Requests that asked for more than one sequence (``n`` > 1)."""
     choices: Distribution = field(default_factory=lambda: Distribution.of(()))
     """The ``n`` of those requests (empty when none)."""
+    constrained_requests: int = 0
+    """Requests that carried a structured-outputs constraint."""
+    constraint_kinds: tuple[tuple[str, int], ...] = ()
+    """``(kind, requests)`` of those, most first."""
+    prefix_reuse: Distribution = field(default_factory=lambda: Distribution.of(()))
+    """Per follow-up request whose sharing was measured: percent of its prompt tokens that
+    repeat the session's previous request (empty when not measured)."""
 
     # ----- derived -----
+    @property
+    def guided_fraction(self) -> float:
+        """0-1: the share of requests that carried a structured-outputs constraint."""
+        return self.constrained_requests / self.requests if self.requests else 0.0
+
     def suggested_concurrency(self) -> int:
         """Streams to replay with: the p90 of the observed concurrency, at least 1."""
         return max(1, round(self.concurrency_p90))
@@ -154,7 +180,14 @@ class TrafficShape:
             f"concurrency mean {self.concurrency_mean:.1f} / p90 {self.concurrency_p90:.1f} / max "
             f"{self.concurrency_max}, {self.request_rate_per_s:.2f} req/s, shared prefix "
             f"{100 * self.shared_prefix_share:.0f}%, cache hits {hit}{self._choices_part()}"
+            f"{self._constraint_part()}"
         )
+
+    def _constraint_part(self) -> str:
+        if not self.constrained_requests:
+            return ""
+        kinds = "/".join(k for k, _ in self.constraint_kinds)
+        return f", {100 * self.guided_fraction:.0f}% constrained ({kinds})"
 
     def _choices_part(self) -> str:
         if not self.multi_choice_requests:
@@ -179,11 +212,15 @@ class TrafficShape:
             "common_prefix_tokens": self.common_prefix_tokens,
             "trace": [
                 {"session": sid, "requests": [[r.offset_s, r.prompt_tokens, r.completion_tokens, r.duration_s,
-                                               r.choices] for r in reqs]}
+                                               r.choices, r.shared_tokens, r.constraint, r.constraint_chars]
+                                              for r in reqs]}
                 for sid, reqs in self.trace
             ],
             "source": self.source, "notes": list(self.notes),
             "multi_choice_requests": self.multi_choice_requests, "choices": self.choices.to_dict(),
+            "constrained_requests": self.constrained_requests,
+            "constraint_kinds": [list(k) for k in self.constraint_kinds],
+            "prefix_reuse": self.prefix_reuse.to_dict(),
         }
 
     @classmethod
@@ -211,13 +248,22 @@ class TrafficShape:
             source=str(d.get("source", "")), notes=tuple(str(n) for n in d.get("notes", ())),
             multi_choice_requests=int(d.get("multi_choice_requests", 0)),
             choices=Distribution.from_dict(d["choices"]) if d.get("choices") else Distribution.of(()),
+            constrained_requests=int(d.get("constrained_requests", 0)),
+            constraint_kinds=tuple((str(k), int(n)) for k, n in d.get("constraint_kinds", ())),
+            prefix_reuse=Distribution.from_dict(d["prefix_reuse"]) if d.get("prefix_reuse") else Distribution.of(()),
         )
 
 
 def _trace_request(row: Sequence[Any]) -> TraceRequest:
-    """``[offset, prompt, completion, duration]`` (version 1) with ``choices`` after (version 2)."""
+    """``[offset, prompt, completion, duration]`` (version 1) with ``choices`` after (version 2)
+    and ``shared, constraint, constraint_chars`` after that (version 3)."""
+    shared = row[5] if len(row) > 5 else None
+    constraint = row[6] if len(row) > 6 else None
     return TraceRequest(float(row[0]), int(row[1]), int(row[2]), float(row[3]),
-                        max(1, int(row[4])) if len(row) > 4 else 1)
+                        max(1, int(row[4])) if len(row) > 4 else 1,
+                        shared_tokens=None if shared is None else max(0, int(shared)),
+                        constraint=None if constraint is None else str(constraint),
+                        constraint_chars=max(0, int(row[7])) if len(row) > 7 else 0)
 
 
 # --------------------------------------------------------------------------- statistics
@@ -249,15 +295,25 @@ def max_overlap(intervals: Iterable[tuple[float, float]]) -> int:
     return best
 
 
+def shared_with_previous(rec: RequestRecord, prev: RequestRecord | None) -> int:
+    """Prompt tokens of ``rec`` that repeat ``prev``, its session's previous request: as the
+    client measured it, else estimated for an append-only history (of a request for ``n``
+    sequences, one sequence's share goes on in the history)."""
+    if rec.shared_prefix_tokens is not None:
+        return min(rec.shared_prefix_tokens, rec.prompt_tokens)
+    if prev is None or rec.prompt_tokens < prev.prompt_tokens:
+        return 0
+    kept = math.ceil(prev.completion_tokens / max(1, prev.choices))
+    return min(prev.prompt_tokens + kept, rec.prompt_tokens)
+
+
 def shared_prefix_tokens(session_requests: Sequence[RequestRecord]) -> int:
-    """Prompt tokens of one session's requests that repeat its previous request (append-only;
-    of a request for ``n`` sequences, one sequence's share goes on in the history)."""
+    """Prompt tokens of one session's requests that repeat its previous request."""
     shared = 0
     prev: RequestRecord | None = None
     for rec in session_requests:
-        if prev is not None and rec.prompt_tokens >= prev.prompt_tokens:
-            kept = math.ceil(prev.completion_tokens / max(1, prev.choices))
-            shared += min(prev.prompt_tokens + kept, rec.prompt_tokens)
+        if prev is not None:
+            shared += shared_with_previous(rec, prev)
         prev = rec
     return shared
 
@@ -330,10 +386,19 @@ def shape_from_records(
             break
         kept = reqs[:budget]
         budget -= len(kept)
-        trace.append((sid, tuple(TraceRequest(round(r.started_s - start, 3), r.prompt_tokens,
-                                              r.completion_tokens, round(r.duration_s, 3), max(1, r.choices))
-                                 for r in kept)))
+        trace.append((sid, tuple(
+            TraceRequest(round(r.started_s - start, 3), r.prompt_tokens, r.completion_tokens, round(r.duration_s, 3),
+                         max(1, r.choices), shared_tokens=_measured_shared(r, i), constraint=r.constraint,
+                         constraint_chars=r.constraint_chars)
+            for i, r in enumerate(kept))))
     multi = [r for r in ok if r.choices > 1]
+    constrained = [r for r in ok if r.constraint]
+    kinds: dict[str, int] = {}
+    for r in constrained:
+        kinds[str(r.constraint)] = kinds.get(str(r.constraint), 0) + 1
+    reuse = [100.0 * min(r.shared_prefix_tokens, r.prompt_tokens) / r.prompt_tokens
+             for reqs in by_session.values() for r in reqs[1:]
+             if r.shared_prefix_tokens is not None and r.prompt_tokens]
     extra_notes = list(notes)
     if budget <= 0:
         extra_notes.append(f"trace cut at {TRACE_LIMIT} requests")
@@ -341,14 +406,25 @@ def shape_from_records(
         name=name, requests=len(ok), failed=failed, span_s=end - start,
         request_rate_per_s=len(ok) / (end - start), sessions=len(by_session),
         prompt_tokens=Distribution.of(r.prompt_tokens for r in ok),
-        completion_tokens=Distribution.of(r.completion_tokens for r in ok),
+        completion_tokens=Distribution.of(r.completion_tokens / max(1, r.choices) for r in ok),
         concurrency_mean=conc_mean, concurrency_p90=percentile(conc_sorted, 90) or 0.0,
         concurrency_max=max_overlap(intervals), concurrency_series=tuple(round(x, 3) for x in series),
         bin_s=bin_s * factor, shared_prefix_share=share, prefix_cache_hit_rate=hit,
         prefix_cache_source=hit_source, common_prefix_tokens=common_prefix_tokens,
         trace=tuple(trace), source=source, notes=tuple(extra_notes),
         multi_choice_requests=len(multi), choices=Distribution.of(r.choices for r in multi),
+        constrained_requests=len(constrained),
+        constraint_kinds=tuple(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))),
+        prefix_reuse=Distribution.of(reuse),
     )
+
+
+def _measured_shared(rec: RequestRecord, index: int) -> int | None:
+    """What the trace keeps of a request's sharing: the measured count (a session's first
+    request shares nothing with a previous one of its own: 0), None when not measured."""
+    if index == 0:
+        return 0 if rec.shared_prefix_tokens is not None else None
+    return None if rec.shared_prefix_tokens is None else min(rec.shared_prefix_tokens, rec.prompt_tokens)
 
 
 def largest_token_gap(records: Iterable[RequestRecord], start_s: float, end_s: float) -> tuple[float | None, str | None]:

@@ -19,13 +19,14 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 import orjson
 
 from workstation.core.endpoints import Endpoint
-from workstation.core.requests import RequestRecord
+from workstation.core.requests import RequestRecord, common_prefix_bytes, constraint_of
 from workstation.engine.sse import (
     DONE,
     ChatDelta,
@@ -45,6 +46,15 @@ DRAIN_TIMEOUT_S = 1.0
 """How long to read on after ``[DONE]`` for the end of the response (keeps the connection)."""
 
 RequestObserver = Callable[[RequestRecord], None]
+
+
+@dataclass(frozen=True, slots=True)
+class _RequestShape:
+    choices: int = 1
+    constraint: str | None = None
+    constraint_chars: int = 0
+    shared_share: float | None = None
+    """0-1: the part of the prompt's bytes that repeat the previous request's (None: the first)."""
 
 
 def parse_chunk(data: str | bytes) -> ChatDelta:
@@ -83,6 +93,9 @@ class ChatClient:
         self.session_id = session_id
         self.model = model
         self.streams = streams
+        self._last_prompt: bytes | None = None
+        """The previous request's messages (and tools) as JSON, while observers listen: what
+        the next request's prompt is compared with (:attr:`RequestRecord.shared_prefix_tokens`)."""
 
     @property
     def model_name(self) -> str:
@@ -125,8 +138,9 @@ class ChatClient:
         url = endpoint.v1 + "/chat/completions"
         headers = {**self._headers(endpoint), "Content-Type": "application/json"}
         choices = max(1, int(body.get("n") or 1))
+        shape = self._request_shape(body, choices) if self.observers else _RequestShape(choices)
         if self.streams is not None:
-            async for delta in self._via_worker(endpoint, model, url, orjson.dumps(body), headers, choices):
+            async for delta in self._via_worker(endpoint, model, url, orjson.dumps(body), headers, shape):
                 yield delta
             return
         started = time.monotonic()
@@ -185,10 +199,20 @@ class ChatClient:
             raise
         finally:
             if self.observers:
-                self._report(endpoint, model, started, first, max_gap, usage, error, choices)
+                self._report(endpoint, model, started, first, max_gap, usage, error, shape)
+
+    def _request_shape(self, body: dict[str, Any], choices: int) -> _RequestShape:
+        """What the record says of the request itself: its ``n``, its constraint, and which
+        part of its prompt repeats the previous request's (by the bytes of the messages and
+        tools; tokens are apportioned by that share when the usage comes)."""
+        kind, chars = constraint_of(body)
+        prompt = orjson.dumps([body.get("tools"), body["messages"]])
+        last, self._last_prompt = self._last_prompt, prompt
+        share = None if last is None else common_prefix_bytes(last, prompt) / max(1, len(prompt))
+        return _RequestShape(choices, kind, chars, share)
 
     async def _via_worker(self, endpoint: Endpoint, model: str, url: str, body: bytes,
-                          headers: dict[str, str], choices: int) -> AsyncIterator[ChatDelta]:
+                          headers: dict[str, str], shape: _RequestShape) -> AsyncIterator[ChatDelta]:
         assert self.streams is not None
         started = time.monotonic()
         handle = self.streams.open(url, body, headers)
@@ -204,19 +228,22 @@ class ChatClient:
                 result = handle.result
                 self._report(endpoint, model, started, result.first_s if result else None,
                              result.max_gap_s if result else 0.0, result.usage if result else None, error,
-                             choices)
+                             shape)
 
     def _report(
         self, endpoint: Endpoint, model: str, started: float, first: float | None, max_gap: float,
-        usage: Usage | None, error: str | None, choices: int,
+        usage: Usage | None, error: str | None, shape: _RequestShape,
     ) -> None:
+        prompt_tokens = usage.prompt_tokens if usage else 0
         record = RequestRecord(
             endpoint=endpoint.base_url, model=model, session_id=self.session_id,
             started_s=started, ttft_s=first, duration_s=time.monotonic() - started,
-            prompt_tokens=usage.prompt_tokens if usage else 0,
+            prompt_tokens=prompt_tokens,
             completion_tokens=usage.completion_tokens if usage else 0,
             cached_tokens=usage.cached_tokens if usage else 0,
-            max_gap_s=max_gap, ok=error is None, error=error, choices=choices,
+            max_gap_s=max_gap, ok=error is None, error=error, choices=shape.choices,
+            constraint=shape.constraint, constraint_chars=shape.constraint_chars,
+            shared_prefix_tokens=None if shape.shared_share is None else round(prompt_tokens * shape.shared_share),
         )
         for observer in self.observers:
             observer(record)

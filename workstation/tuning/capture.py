@@ -9,7 +9,10 @@ its own usage, timing and ``n`` (``choices``), from either way in:
   list every chat client of its agent factory reports to (its agents' and the prefix-cache
   priming's, made before or after the recorder attached). A turn of an agent is not a
   request: a guided agent's turn may make none (a forced action), or a choice and then a
-  code request, each for ``n`` drafts at once.
+  code request, each for ``n`` drafts at once. The fleet's requests without a session are
+  its prefix-cache priming (one per engine: the shared system prompt, one token out): it is
+  kept apart (``priming``), not a one-request session of the shape, and tells the length
+  of the prefix every session shares.
 
 With an endpoint it also reads the engine's ``/metrics`` (the telemetry parser) at start
 and stop, so the shape carries the prefix-cache hit rate the server achieved even when the
@@ -43,6 +46,8 @@ class TrafficRecorder:
         self.common_prefix_tokens = common_prefix_tokens
         self.max_records = max_records
         self.records: list[RequestRecord] = []
+        self.priming: list[RequestRecord] = []
+        """A fleet's requests without a session (its prefix-cache priming), not in ``records``."""
         self.dropped = 0
         self.started_s: float | None = None
         self.stopped_s: float | None = None
@@ -59,6 +64,9 @@ class TrafficRecorder:
             return
         if self.started_s is None:
             self.started_s = record.started_s
+        if self.source == "fleet" and record.session_id is None:
+            self.priming.append(record)
+            return
         if len(self.records) >= self.max_records:
             self.dropped += 1
             return

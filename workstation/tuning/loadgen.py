@@ -189,7 +189,7 @@ class LoadGenerator:
         if w.kind == "replay":
             assert self.shape is not None
             return list(replay_streams(self.shape, TokenSource(pool, w.seed, text=text), w.concurrency,
-                                       max_context=self.max_context))
+                                       max_context=self.max_context, constrain=w.constrained))
         shared = TokenSource(pool, w.seed, text=text).fresh(w.shared_prefix_len)
         return [SyntheticStream(TokenSource(pool, w.seed * 7919 + i + 1, text=text), w.input_len or 1,
                                 w.output_len or 1, prefix=shared) for i in range(w.concurrency)]
@@ -206,6 +206,8 @@ class LoadGenerator:
         if planned.choices > 1:
             body["n"] = planned.choices
             body["temperature"] = CHOICES_TEMPERATURE
+        if planned.regex is not None:
+            body["structured_outputs"] = {"regex": planned.regex}
         headers = {"Content-Type": "application/json", **self.endpoint.auth_headers()}
         timing = RequestTiming(sent_s=time.monotonic(), prompt_tokens=len(planned.prompt), choices=planned.choices)
         counted = timing.choice_tokens
@@ -373,13 +375,15 @@ class LoadGenerator:
 
 def workload_from_shape(shape: TrafficShape, *, concurrency: int | None = None, duration_s: float = 30.0,
                         warmup_s: float = 5.0, max_requests: int | None = None, seed: int = 0,
-                        keep_rate: bool = False, content: str = "code") -> Workload:
+                        keep_rate: bool = False, content: str = "code", constrained: bool = True) -> Workload:
     """A replay workload for a captured shape: its p90 concurrency, closed loop unless asked,
-    prompts of code text (agents read and write code)."""
+    prompts of code text (agents read and write code), a structured-outputs constraint on the
+    requests that carried one (``constrained=False``: none)."""
     return Workload(
         kind="replay", concurrency=concurrency or shape.suggested_concurrency(), shape=shape.name,
         request_rate_per_s=shape.request_rate_per_s if keep_rate else None,
         duration_s=duration_s, warmup_s=warmup_s, max_requests=max_requests, seed=seed, content=content,
+        constrained=constrained,
     )
 
 

@@ -84,11 +84,16 @@ class Workload:
     content: str = "random"
     """What the prompts' fresh tokens are: ``random`` ids or ``code`` (windows of real source
     code); see :mod:`workstation.tuning.workload`."""
+    constrained: bool = True
+    """Replay: send a structured-outputs constraint on the requests that carried one when
+    captured (a guided agent's are all held to a regex). Synthetic workloads send none."""
 
     def describe(self) -> str:
         rate = "closed loop" if self.request_rate_per_s is None else f"{self.request_rate_per_s:g} req/s"
         if self.content != "random":
             rate += f", {self.content} text"
+        if self.kind == "replay" and not self.constrained:
+            rate += ", no constraints"
         if self.kind == "replay":
             return f"replay of '{self.shape}' x {self.concurrency} streams, {rate}, {self.duration_s:.0f} s"
         prefix = f" (+{self.shared_prefix_len} shared)" if self.shared_prefix_len else ""

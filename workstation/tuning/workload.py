@@ -10,13 +10,20 @@ only where the workload says so.
   ``shared_prefix_len`` common to every request.
 - **Replay** of a captured :class:`~workstation.core.traffic.TrafficShape`: each stream
   plays one captured session after another, request by request, with the captured prompt
-  and output lengths, and keeps an append-only history like an agent does — the next prompt
-  is the previous prompt plus the tokens the server really generated (``return_token_ids``)
-  plus fresh tokens up to the captured length. A captured prompt shorter than the history
-  (the agent condensed it) starts over from the common prefix. Prefix sharing, lengths and
-  their order are the captured ones. A captured request for ``n`` sequences at once (a guided
-  agent's drafts) is sent for ``n`` sequences of its total output over ``n`` each, and the
-  history grows with the first of them, as the agent keeps one draft.
+  and output lengths. Each prompt starts with as many tokens of the stream's previous
+  request (its prompt, then the tokens the server really generated, ``return_token_ids``) as
+  the captured request shared with its session's previous one, then fresh tokens up to the
+  captured length; a session's first request starts with the prefix every session shares.
+  So a guided agent's requests — a rebuilt view of the session plus a step hint, several
+  per turn on one view — are replayed with the sharing they had, not as one growing history.
+  A trace that did not measure sharing (older shapes) keeps an append-only history like a
+  tool-calling agent does: the whole previous prompt and output, unless the captured prompt
+  is shorter (the agent condensed it: start over from the common prefix). A captured request
+  for ``n`` sequences at once (a guided agent's drafts) is sent for ``n`` sequences of its
+  total output over ``n`` each, and the history grows with the first of them, as the agent
+  keeps one draft. A captured request that carried a structured-outputs constraint is sent
+  with one (:func:`replay_regex`, unless the workload turns it off): the engine's grammar
+  work at every step is part of what agents cost it.
 
 Contents (``Workload.content``): ``random`` draws each token at random from the pool;
 ``code`` takes every fresh run of tokens as one contiguous window of real source code (the
@@ -73,6 +80,26 @@ def code_text(limit_chars: int = CODE_TEXT_CHARS) -> str:
     return "".join(parts)[:limit_chars]
 
 
+REPLAY_REGEX_BODY = r"([^\n\x1e]*\n)*[^\n\x1e]*\x1e"
+"""Any lines without U+001E (the record separator: code and prose never hold it), then one."""
+REPLAY_REGEX_MAX_CHARS = 4096
+
+
+def replay_regex(nonce: int, chars: int = 0) -> str:
+    """The constraint a replayed guided request carries: one that changes nothing of what is
+    generated, yet makes the engine compile a grammar and fill and apply its token bitmask at
+    every step, as for the agent's own regex. The text may only end after a U+001E, which
+    nothing generated contains, so the grammar never lets the end-of-sequence token through
+    and never terminates (a terminated grammar stops masking): ``ignore_eos`` and
+    ``max_tokens`` keep the captured length. A literal tail after the separator makes each
+    request's regex its own (a guided agent's regexes differ request by request — its options,
+    its function's header — and each is compiled anew) and as long as the captured one (at
+    most :data:`REPLAY_REGEX_MAX_CHARS`)."""
+    tag = f"{nonce & 0xFFFFFFFF:08x}"
+    size = max(len(tag), min(chars, REPLAY_REGEX_MAX_CHARS) - len(REPLAY_REGEX_BODY))
+    return REPLAY_REGEX_BODY + (tag * (size // len(tag) + 1))[:size]
+
+
 @dataclass(frozen=True, slots=True)
 class PlannedRequest:
     prompt: list[int]
@@ -81,6 +108,8 @@ class PlannedRequest:
     """Ask the server for the generated token ids (replay keeps them as history)."""
     choices: int = 1
     """Sequences to ask for at once (``n``); ``max_tokens`` is each one's."""
+    regex: str | None = None
+    """A structured-outputs regex to send with it (None: unconstrained)."""
 
 
 class TokenSource:
@@ -94,6 +123,7 @@ class TokenSource:
             ids = list(FALLBACK_IDS)
         self.pool = ids
         self.text = list(text) if text and len(text) >= 64 else None
+        self.seed = seed
         self.rng = random.Random(seed)
 
     def fresh(self, n: int) -> list[int]:
@@ -138,18 +168,24 @@ class ReplayStream:
     """One stream replaying captured sessions in turn, with an append-only history."""
 
     def __init__(self, tokens: TokenSource, sessions: Sequence[Sequence[TraceRequest]], *, start: int,
-                 step: int, common_prefix: Sequence[int] = (), max_context: int | None = None) -> None:
+                 step: int, common_prefix: Sequence[int] = (), max_context: int | None = None,
+                 constrain: bool = True) -> None:
         if not sessions:
             raise ValueError("the traffic shape has no trace to replay")
         self.tokens = tokens
         self.sessions = sessions
+        self.start = start
         self.session_index = start % len(sessions)
         self.step = max(1, step)
         self.request_index = 0
         self.common_prefix = list(common_prefix)
         self.max_context = max_context
+        self.constrain = constrain
         self.history: list[int] = []
+        """The previous request's prompt and the first sequence it generated (empty at a
+        session's start and after a failed request)."""
         self._pending_prompt: list[int] = []
+        self._sent = 0
 
     def _current(self) -> TraceRequest:
         reqs = self.sessions[self.session_index]
@@ -170,13 +206,23 @@ class ReplayStream:
             out = min(out, self.max_context // 2)
             target = min(target, self.max_context - out - 1)
         target = max(1, target)
-        if not self.history or len(self.history) > target:
+        if not self.history:
+            base = self.common_prefix[:target]
+        elif req.shared_tokens is not None:  # measured: that much of the previous request
+            base = self.history[:min(req.shared_tokens, target)]
+        elif len(self.history) > target:  # append-only, condensed: start over
             base = self.common_prefix[:target]
         else:
             base = self.history
         prompt = base + self.tokens.fresh(target - len(base))
         self._pending_prompt = prompt
-        return PlannedRequest(prompt, out, want_ids=True, choices=choices)
+        self._sent += 1
+        regex = None
+        if self.constrain and req.constraint is not None:
+            # its own per request, run and stream; drawn apart from the prompts' random tokens
+            nonce = self.tokens.seed * 0x9E3779B1 + self.start * 65537 + self._sent
+            regex = replay_regex(nonce, req.constraint_chars)
+        return PlannedRequest(prompt, out, want_ids=True, choices=choices, regex=regex)
 
     def completed(self, output_ids: Sequence[int] | None) -> None:
         """Grow the history with what the server generated (the first sequence's ids; None: the
@@ -188,8 +234,9 @@ class ReplayStream:
 
 
 def replay_streams(shape: TrafficShape, tokens: TokenSource, concurrency: int, *,
-                   max_context: int | None = None) -> list[ReplayStream]:
+                   max_context: int | None = None, constrain: bool = True) -> list[ReplayStream]:
+    """``constrain``: send a structured-outputs constraint where the captured request had one."""
     sessions = [reqs for _, reqs in shape.trace if reqs]
     common = tokens.fresh(shape.common_prefix_tokens)
     return [ReplayStream(tokens, sessions, start=i, step=concurrency, common_prefix=common,
-                         max_context=max_context) for i in range(concurrency)]
+                         max_context=max_context, constrain=constrain) for i in range(concurrency)]
