@@ -38,23 +38,8 @@ from workstation.core.session_state import SessionState  # noqa: E402
 from workstation.engine.acquire import external_endpoint  # noqa: E402
 from workstation.fleet import SessionSpec  # noqa: E402
 from workstation.services import Services  # noqa: E402
-from workstation.telemetry.vllm_metrics import parse_metrics  # noqa: E402
-from workstation.tuning.agent_check import TASKS, make_repo  # noqa: E402  (the tuner's agent check runs the same)
-
-async def scrape(http, endpoint: Endpoint):  # type: ignore[no-untyped-def]
-    try:
-        response = await http.get(endpoint.base_url.rstrip("/") + "/metrics", timeout=10)
-    except Exception:  # noqa: BLE001 - metrics are optional for external endpoints
-        return None
-    return parse_metrics(response.text) if response.status_code == 200 else None
-
-
-def delta(after, before, key: str) -> float | None:  # type: ignore[no-untyped-def]
-    if after is None or before is None:
-        return None
-    a, b = after.counter(key), before.counter(key)
-    return None if a is None or b is None else a - b
-
+from workstation.tuning.agent_check import TASKS, counter_delta, make_repo  # noqa: E402  (the tuner's agent check runs the same)
+from workstation.tuning.loadgen import read_metrics  # noqa: E402
 
 async def run(args: argparse.Namespace, endpoint: Endpoint, observe=None) -> dict:  # type: ignore[no-untyped-def]
     """``observe``: an object with ``async attach(fleet)`` / ``async detach()`` (the GPU suite
@@ -72,7 +57,7 @@ async def run(args: argparse.Namespace, endpoint: Endpoint, observe=None) -> dic
     fds0 = proc.num_fds()
     async with Services(load_settings()) as services:
         http = services.http
-        before = await scrape(http, endpoint)
+        before = await read_metrics(http, endpoint)
         busy = before.gauges.get("running", 0.0) if before else None
         fleet = services.fleet(endpoints=[endpoint], data_dir=data, max_generating=args.sessions)
         fleet.agent_event.connect(on_agent)
@@ -102,7 +87,7 @@ async def run(args: argparse.Namespace, endpoint: Endpoint, observe=None) -> dic
         wall = time.monotonic() - t0
         gc.collect()
         rss_end = proc.memory_info().rss
-        after = await scrape(http, endpoint)
+        after = await read_metrics(http, endpoint)
         rows = fleet.sessions()
         events = [await fleet.store.count_events(s.session_id) for s in rows]
         fds_pooled = proc.num_fds() - fds0
@@ -115,8 +100,9 @@ async def run(args: argparse.Namespace, endpoint: Endpoint, observe=None) -> dic
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     generated = sum(r.completion_tokens for r in rows)
-    hits, queries = delta(after, before, "prefix_cache_hits"), delta(after, before, "prefix_cache_queries")
-    engine_gen = delta(after, before, "generation_tokens")
+    hits = counter_delta(before, after, "prefix_cache_hits")
+    queries = counter_delta(before, after, "prefix_cache_queries")
+    engine_gen = counter_delta(before, after, "generation_tokens")
     states: dict[str, int] = {}
     for r in rows:
         states[r.state.value] = states.get(r.state.value, 0) + 1

@@ -4,8 +4,8 @@
 - ``engine_bench``'s 1 and 16 streams on one or more engines, each run watched by a
   :class:`run_probe.RunProbe`;
 - ``nvml_vs_smi`` with the vLLM engine as the GPU's user;
-- ``fleet_run`` with its traffic shape captured for the tuner, and real fleets on the tuning
-  round's speculating engines (their drafts' acceptance on what agents really write).
+- ``fleet_run`` with its traffic shape captured for the tuner, and the tuner's agent check on
+  the tuning round's speculating engines (their drafts' acceptance on what agents really write).
 """
 
 from __future__ import annotations
@@ -248,13 +248,20 @@ async def fleet_and_capture(http, endpoint, *, sessions: int, max_steps: int, ti
     return result
 
 
-async def fleets_on_speculation(args: argparse.Namespace, results, tuner, deadline: float) -> None:  # type: ignore[no-untyped-def]
+FLEET_TURNS = 8
+"""Model turns of each session in ``fleet_on_trials`` (2 in the rehearsal)."""
+
+
+async def fleets_on_speculation(args: argparse.Namespace, results, tuner, make_fleet,  # type: ignore[no-untyped-def]
+                                deadline: float) -> None:
     """Real agent sessions on the round's baseline and its speculating engines: how many drafts
     are accepted on what agents really write (the screening replays code text; this checks
-    it), from each engine's own ``/metrics`` around the fleet."""
-    from workstation.tuning.loadgen import read_metrics
+    it). Each is the tuner's agent check (:func:`workstation.tuning.agent_check.run_agent_check`)
+    at the suite's sizes, ``args.sessions`` sessions of :data:`FLEET_TURNS` turns, on fleets of
+    ``make_fleet`` (:meth:`Services.fleet`); its figures, acceptance from the engine's own
+    ``/metrics`` around the run, go under ``fleet_on_trials``."""
+    from workstation.tuning.agent_check import run_agent_check
 
-    fr = _load("fleet_run")
     out: dict[str, Any] = results.data.get("fleet_on_trials", {})
     trials = [tuner.base, *(t for t in tuner.trials if t.candidate is not None and "speculation" in t.label)]
     if len(trials) < 2:
@@ -263,22 +270,11 @@ async def fleets_on_speculation(args: argparse.Namespace, results, tuner, deadli
         left = deadline - time.monotonic()
         if trial.launcher is None or left < 75:
             continue
-        endpoint = trial.launcher.endpoint
-        say(f"fleet_run: {args.sessions} agent sessions on '{trial.label}'")
-        before = await read_metrics(tuner.http, endpoint)
-        ns = argparse.Namespace(sessions=args.sessions, max_steps=8 if not args.dry_run else 2, temperature=None,
-                                timeout_s=min(90.0, left - 30), keep=False)
-        run = await fr.run(ns, endpoint)
-        after = await read_metrics(tuner.http, endpoint)
-        drafts = fr.delta(after, before, "spec_draft_tokens")
-        accepted = fr.delta(after, before, "spec_accepted_tokens")
-        out[trial.label] = {
-            "sessions": run.get("sessions"), "wall_s": run.get("wall_s"), "generated_tok_s": run.get("generated_tok_s"),
-            "tool_calls_mean": run.get("tool_calls_mean"), "prefix_hit_rate": run.get("prefix_hit_rate"),
-            "spec_draft_tokens": drafts, "spec_accepted_tokens": accepted,
-            "spec_acceptance_rate": round(accepted / drafts, 4) if drafts and accepted is not None else None,
-            "states": run.get("states"), "why_not_done": run.get("why_not_done"),
-        }
+        say(f"agent check: {args.sessions} agent sessions on '{trial.label}'")
+        check = await run_agent_check(make_fleet, trial.launcher.endpoint, sessions=args.sessions,
+                                      max_turns=FLEET_TURNS if not args.dry_run else 2,
+                                      timeout_s=min(90.0, left - 30))
+        out[trial.label] = check.to_json()
         results.put("fleet_on_trials", out)
-        say(f"  {trial.label}: {run.get('generated_tok_s')} tok/s, drafts accepted "
-            f"{out[trial.label]['spec_acceptance_rate']}")
+        say(f"  {trial.label}: {check.generated_tok_s} tok/s, {check.tool_calls_mean:g} tool calls a session, "
+            f"drafts accepted {check.spec_acceptance_rate}")

@@ -304,7 +304,7 @@ async def part_tune(args: argparse.Namespace, results: Results, deadline: float)
                     await tuner.confirm(screening)
                     results.put(key, tune_json(screening, tuner))
             if args.fleets:
-                await fleets_on_speculation(args, results, tuner, deadline)
+                await fleets_on_speculation(args, results, tuner, services.fleet, deadline)
         finally:
             await tuner.close()
 

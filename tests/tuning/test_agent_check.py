@@ -9,7 +9,8 @@ import pytest
 
 from workstation.core.endpoints import Endpoint
 from workstation.core.profiles import Profile
-from workstation.tuning.agent_check import AgentCheck, refusal, run_agent_check
+from workstation.telemetry.vllm_metrics import parse_metrics
+from workstation.tuning.agent_check import AgentCheck, counter_delta, refusal, run_agent_check
 from workstation.tuning.autotune import Candidate, TuneReport, TuneStep
 from workstation.tuning.results import Workload
 from workstation.tuning.screening import Measured, Trial
@@ -33,6 +34,31 @@ def test_a_change_whose_sessions_make_far_fewer_calls_or_fail_more_is_refused():
     assert why and "3 of 8" in why and "HTTP 500" in why
     # the same errors as the baseline had are the check's own, not the change's
     assert refusal(check(8.0, errors=1), check(8.0, errors=1)) is None
+
+
+def _metrics(drafts: int, accepted: int, hits: int, queries: int) -> str:
+    return (f"vllm:spec_decode_num_draft_tokens_total{{model_name=\"m\"}} {drafts}.0\n"
+            f"vllm:spec_decode_num_accepted_tokens_total{{model_name=\"m\"}} {accepted}.0\n"
+            f"vllm:prefix_cache_hits_total{{model_name=\"m\"}} {hits}.0\n"
+            f"vllm:prefix_cache_queries_total{{model_name=\"m\"}} {queries}.0\n")
+
+
+def test_the_checks_figures_come_from_the_engines_counters_around_the_run():
+    before, after = parse_metrics(_metrics(100, 40, 10, 20)), parse_metrics(_metrics(7375, 4371, 110, 220))
+    drafts = counter_delta(before, after, "spec_draft_tokens")
+    accepted = counter_delta(before, after, "spec_accepted_tokens")
+    assert (drafts, accepted) == (7275.0, 4331.0)
+    assert counter_delta(None, after, "spec_draft_tokens") is None
+    assert counter_delta(parse_metrics(""), after, "spec_draft_tokens") is None  # an engine that does not draft
+    ran = AgentCheck("http://x", 32, 1.2, 0, {"failed: reached the limit of 8 model turns": 30, "done": 2},
+                     wall_s=11.8, generated_tokens=4663, spec_draft_tokens=drafts, spec_accepted_tokens=accepted)
+    assert ran.spec_acceptance_rate == 0.5953 and ran.generated_tok_s == 395.2
+    assert ran.states == {"failed": 30, "done": 2}
+    assert ran.why_not_done == {"failed: reached the limit of 8 model turns": 30}
+    keys = ran.to_json()  # the GPU suite's fleet_on_trials keys, read in docs/measurements
+    assert {"sessions", "wall_s", "generated_tok_s", "tool_calls_mean", "prefix_hit_rate", "spec_draft_tokens",
+            "spec_accepted_tokens", "spec_acceptance_rate", "states", "why_not_done"} <= set(keys)
+    assert check(8.0).spec_acceptance_rate is None and check(8.0).generated_tok_s is None
 
 
 async def test_the_screening_keeps_only_the_changes_whose_agents_hold_up(tmp_path):
@@ -64,6 +90,19 @@ async def test_the_screening_keeps_only_the_changes_whose_agents_hold_up(tmp_pat
     assert steps[good.change].kept is True
     assert set(record) == {"baseline", good.change, "drafts"} and record["drafts"]["tool_calls_mean"] == 1.0
 
+    faster = [Measured(t, [_result(tok_s, 100.0)] * 3) for t, tok_s in zip(trials, (1000.0, 1300.0, 1400.0))]
+
+    async def measure(_trials, _workload, _shape):  # type: ignore[no-untyped-def]
+        return faster
+
+    tuner.trials, tuner._measure = trials, measure  # type: ignore[method-assign]
+    seen.clear()
+    screening = await tuner.screen("agents", report.workload)
+    assert screening.outcome["kept"] == [good.change] and seen == ["base", "good", "bad"]
+    # every check's figures stay in the round's summary (the GPU suite's tune results' detail)
+    assert screening.outcome["agent_check"]["drafts"]["tool_calls_mean"] == 1.0
+    assert "spec_acceptance_rate" in screening.outcome["agent_check"]["baseline"]
+
 
 @pytest.mark.engine
 async def test_real_sessions_on_a_real_engine_and_on_one_that_is_gone(smollm2_engine, tmp_path):
@@ -79,6 +118,11 @@ async def test_real_sessions_on_a_real_engine_and_on_one_that_is_gone(smollm2_en
         gone = Endpoint(f"http://127.0.0.1:{port}", smollm2_engine.api_key, smollm2_engine.model)
         dead = await run_agent_check(services.fleet, gone, sessions=2, max_turns=3, timeout_s=20)
     assert ok.sessions == 2 and ok.tool_calls_mean >= 2 and ok.errors == 0
+    # read from the engine's /metrics around the run: it does not speculate, so no drafts
+    assert ok.spec_draft_tokens is None and ok.spec_acceptance_rate is None
+    assert ok.generated_tokens > 0 and ok.generated_tok_s and 0 < ok.wall_s <= ok.seconds
+    assert ok.prefix_hit_rate is not None and 0 <= ok.prefix_hit_rate <= 1
+    assert sum(ok.states.values()) == 2 and dead.prefix_hit_rate is None and dead.generated_tok_s == 0
     # the guided protocol's first step (read the named file) needs no model; nothing after it comes
     assert dead.sessions == 2 and dead.tool_calls_mean <= 1 and dead.errors == 2
     why = refusal(ok, dead)

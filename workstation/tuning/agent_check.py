@@ -12,8 +12,11 @@ real sessions:
 
 :func:`run_agent_check` runs ``sessions`` headless sessions of small scripted tasks (read a
 file, write one, finish) on a scratch repository against ``endpoint`` and counts the tool
-calls they made and why each ended. :func:`refusal` refuses a change whose sessions made
-clearly fewer tool calls than the baseline's did, or ended on an error more often.
+calls they made and why each ended; around the run it reads the engine's ``/metrics`` for
+what the sessions cost it: tokens generated, prefix-cache hits, and the drafts proposed and
+accepted where the engine speculates (the GPU suite's ``fleet_on_trials`` are these checks at
+32 sessions x 8 turns). :func:`refusal` refuses a change whose sessions made clearly fewer
+tool calls than the baseline's did, or ended on an error more often.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from workstation.core import agent_events as ev
 from workstation.core.endpoints import Endpoint
 from workstation.core.session_state import SessionState
 from workstation.fleet import SessionSpec
+from workstation.telemetry.vllm_metrics import MetricsReading
+from workstation.tuning.loadgen import read_metrics
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "workstation", "GIT_AUTHOR_EMAIL": "check@example.invalid",
            "GIT_COMMITTER_NAME": "workstation", "GIT_COMMITTER_EMAIL": "check@example.invalid"}
@@ -84,11 +89,60 @@ class AgentCheck:
     seconds: float = 0.0
     error_reasons: dict[str, int] = field(default_factory=dict)
     """The part of ``ended`` that counts as errors."""
+    wall_s: float = 0.0
+    """The sessions' run, from the first start to the last settled (``seconds`` is everything)."""
+    generated_tokens: int = 0
+    """Completion tokens of all sessions (their streams' usage)."""
+    prefix_hit_rate: float | None = None
+    """Prefix-cache hits over queries on the engine during the run (None: no ``/metrics``)."""
+    spec_draft_tokens: float | None = None
+    """Draft tokens the engine proposed during the run (None: it does not speculate, or no ``/metrics``)."""
+    spec_accepted_tokens: float | None = None
+
+    @property
+    def generated_tok_s(self) -> float | None:
+        return round(self.generated_tokens / self.wall_s, 1) if self.wall_s > 0 else None
+
+    @property
+    def spec_acceptance_rate(self) -> float | None:
+        """Accepted over proposed draft tokens (None where nothing was drafted)."""
+        if not self.spec_draft_tokens or self.spec_accepted_tokens is None:
+            return None
+        return round(self.spec_accepted_tokens / self.spec_draft_tokens, 4)
+
+    @property
+    def states(self) -> dict[str, int]:
+        """How many sessions ended in each state."""
+        out: Counter[str] = Counter()
+        for reason, n in self.ended.items():
+            out[reason.split(":", 1)[0]] += n
+        return dict(out)
+
+    @property
+    def why_not_done(self) -> dict[str, int]:
+        """``ended`` less the sessions that finished."""
+        return {k: n for k, n in self.ended.items() if k.split(":", 1)[0] != SessionState.DONE.value}
 
     def to_json(self) -> dict[str, Any]:
         return {"endpoint": self.endpoint, "sessions": self.sessions, "tool_calls_mean": self.tool_calls_mean,
                 "errors": self.errors, "ended": dict(self.ended), "error_reasons": dict(self.error_reasons),
-                "seconds": round(self.seconds, 1)}
+                "seconds": round(self.seconds, 1), "wall_s": round(self.wall_s, 1),
+                "generated_tok_s": self.generated_tok_s, "prefix_hit_rate": self.prefix_hit_rate,
+                "spec_draft_tokens": self.spec_draft_tokens, "spec_accepted_tokens": self.spec_accepted_tokens,
+                "spec_acceptance_rate": self.spec_acceptance_rate, "states": self.states,
+                "why_not_done": self.why_not_done}
+
+
+def counter_delta(before: MetricsReading | None, after: MetricsReading | None, key: str) -> float | None:
+    """How much counter ``key`` (the telemetry parser's name) grew between two readings."""
+    if before is None or after is None:
+        return None
+    a, b = before.counter(key), after.counter(key)
+    return None if a is None or b is None else b - a
+
+
+def _rate(part: float | None, whole: float | None) -> float | None:
+    return round(part / whole, 4) if part is not None and whole else None
 
 
 def _turn_limit(error: str | None) -> bool:
@@ -100,7 +154,9 @@ async def run_agent_check(make_fleet: Callable[..., Any], endpoint: Endpoint, *,
     """``sessions`` headless agent sessions of :data:`TASKS` against ``endpoint``, at most
     ``max_turns`` model turns each, bounded by ``timeout_s`` (then paused). ``make_fleet``:
     :meth:`workstation.services.Services.fleet` (keyword arguments ``endpoints``, ``data_dir``,
-    ``max_generating``). Everything it made is removed after."""
+    ``max_generating``). The engine's ``/metrics`` are read through the fleet's client just
+    before the sessions start and after they settle; on a shared engine other clients' traffic
+    lands in those counters too. Everything it made is removed after."""
     work = Path(tempfile.mkdtemp(prefix="ws-agent-check-"))
     calls: Counter[str] = Counter()
 
@@ -121,6 +177,8 @@ async def run_agent_check(make_fleet: Callable[..., Any], endpoint: Endpoint, *,
                 spec = SessionSpec(task=TASKS[i % len(TASKS)], repo=str(repo), name=f"check{i + 1:02d}",
                                    auto_approve=("read", "edit"), headless=True, max_steps=max_turns)
                 made += await fleet.create_sessions(spec, 1)
+            before = await read_metrics(fleet.http, endpoint)
+            t_run = time.monotonic()
             for s in made:
                 await fleet.start_session(s.session_id)
             try:
@@ -128,6 +186,8 @@ async def run_agent_check(make_fleet: Callable[..., Any], endpoint: Endpoint, *,
                     await fleet.wait_settled()
             except TimeoutError:
                 await fleet.pause_all()
+            wall = time.monotonic() - t_run
+            after = await read_metrics(fleet.http, endpoint)
             rows = fleet.sessions()
         finally:
             fleet.agent_event.disconnect(on_agent)
@@ -143,7 +203,12 @@ async def run_agent_check(make_fleet: Callable[..., Any], endpoint: Endpoint, *,
             failing[reason] += 1
     mean = sum(calls[r.session_id] for r in rows) / len(rows) if rows else 0.0
     return AgentCheck(endpoint.base_url, len(rows), round(mean, 2), sum(failing.values()), dict(ended),
-                      time.monotonic() - t0, dict(failing))
+                      time.monotonic() - t0, dict(failing), wall_s=wall,
+                      generated_tokens=sum(r.completion_tokens for r in rows),
+                      prefix_hit_rate=_rate(counter_delta(before, after, "prefix_cache_hits"),
+                                            counter_delta(before, after, "prefix_cache_queries")),
+                      spec_draft_tokens=counter_delta(before, after, "spec_draft_tokens"),
+                      spec_accepted_tokens=counter_delta(before, after, "spec_accepted_tokens"))
 
 
 def refusal(baseline: AgentCheck, candidate: AgentCheck) -> str | None:

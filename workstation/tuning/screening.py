@@ -379,6 +379,8 @@ class ScreeningTuner:
         outcome = {"round": 1, "kept": [c.change for c, _ in kept], "baseline": base.summary(),
                    "best": best.summary(), "references": [m.summary() for m in measured if m.trial.reference],
                    "measured": [m.summary() for m in measured]}
+        if checks:
+            outcome["agent_check"] = checks
         return Screening(name, workload, shape, report, measured, kept, outcome)
 
     async def _check_agents(self, kept: list[tuple[Candidate, float]], measured: Sequence[Measured],
