@@ -10,26 +10,18 @@ touched. Not a benchmark itself.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.invalid",
-           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.invalid"}
-
-
 def make_repo(root: Path) -> Path:
-    repo = root / "repo"
-    (repo / "src").mkdir(parents=True)
-    (repo / "src" / "app.py").write_text("def add(a, b):\n    return a + b\n")
-    (repo / "tests").mkdir()
-    (repo / "tests" / "test_app.py").write_text("from src.app import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n")
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "start"]):
-        subprocess.run(["git", "-C", str(repo), *args], check=True, env=GIT_ENV, capture_output=True)
-    return repo
+    from workstation.fleet.sample_repos import scratch_repository
+
+    return scratch_repository(root / "repo", {
+        "src/app.py": "def add(a, b):\n    return a + b\n",
+        "tests/test_app.py": "from src.app import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n",
+    }, message="start")
 
 
 @dataclass

@@ -63,6 +63,7 @@ from workstation.core import agent_events as ev  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
 from workstation.core.fleet_events import AdmissionChanged, SessionWaitChanged  # noqa: E402
 from workstation.core.requests import RequestRecord  # noqa: E402
+from workstation.fleet.sample_repos import scratch_repository  # noqa: E402
 from workstation.telemetry.vllm_metrics import MetricsReading, parse_metrics  # noqa: E402
 
 SIM_MODEL = {  # the simulated engine: 64k tokens of KV for 64 sessions whose contexts reach ~5k
@@ -209,14 +210,7 @@ class SimProcess:
 
 
 def make_repo(root: Path) -> Path:
-    repo = root / "repo"
-    repo.mkdir(parents=True)
-    (repo / "README.md").write_text("# admission\n")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@example.invalid",
-           "GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "init"]):
-        subprocess.run(["git", "-C", str(repo), *args], check=True, env=env)
-    return repo
+    return scratch_repository(root / "repo", {"README.md": "# admission\n"}, message="init")
 
 
 # ----------------------------------------------------------------------------- one configuration

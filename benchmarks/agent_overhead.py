@@ -22,10 +22,8 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import os
 import resource
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +39,7 @@ from workstation.core.approvals import ApprovalPolicy  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
 from workstation.engine.chat_client import ChatClient  # noqa: E402
 from workstation.engine.http import make_http_client  # noqa: E402
+from workstation.fleet.sample_repos import scratch_repository  # noqa: E402
 
 READ_MIX = [
     ("read_file", {"path": "pkg/core.py"}),
@@ -81,19 +80,11 @@ def _serve(conn, mix_name: str, steps_per_agent: int) -> None:  # runs in the se
 
 
 def _make_repo() -> Path:
-    root = Path(tempfile.mkdtemp(prefix="ws-overhead-"))
-    (root / "pkg").mkdir()
-    for i in range(20):
-        (root / "pkg" / f"mod{i}.py").write_text(
-            "".join(f"def func_{i}_{j}(x):\n    return x + {j}\n\n\n" for j in range(15)))
-    (root / "pkg/core.py").write_text("class Core:\n    def run(self):\n        return 1\n" * 40)
-    (root / "pkg/state.py").write_text("VALUE = 0\n")
-    (root / "README.md").write_text("# bench\n")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
-           "GIT_COMMITTER_EMAIL": "b@b"}
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "init"]):
-        subprocess.run(["git", "-C", str(root), *args], check=True, env=env)
-    return root
+    files = {f"pkg/mod{i}.py": "".join(f"def func_{i}_{j}(x):\n    return x + {j}\n\n\n" for j in range(15))
+             for i in range(20)}
+    files.update({"pkg/core.py": "class Core:\n    def run(self):\n        return 1\n" * 40,
+                  "pkg/state.py": "VALUE = 0\n", "README.md": "# bench\n"})
+    return scratch_repository(Path(tempfile.mkdtemp(prefix="ws-overhead-")), files, message="init")
 
 
 async def _bench(port: int, steps: int, agents: int) -> dict:

@@ -15,10 +15,8 @@ import argparse
 import asyncio
 import gc
 import json
-import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -33,31 +31,26 @@ from workstation.core import agent_events as ev  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
 from workstation.config import load_settings  # noqa: E402
 from workstation.fleet import SessionSpec  # noqa: E402
+from workstation.fleet.sample_repos import scratch_repository  # noqa: E402
 from workstation.fleet.worktrees import disk_usage_bytes  # noqa: E402
 from workstation.services import Services  # noqa: E402
 
-GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@example.invalid",
-           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
 
 
 def make_repo(root: Path, files: int, seed: int = 7) -> tuple[int, int]:
     """A repository shaped like a mid-sized Python project: ``files`` files in nested
     packages, 0.3–6 KB each. Returns (files, bytes)."""
     rng = random.Random(seed)
-    root.mkdir(parents=True)
-    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True, env=GIT_ENV)
+    texts: dict[str, str] = {}
     total = 0
     for i in range(files):
         depth = rng.randint(1, 4)
         parts = [f"pkg{rng.randint(0, 19)}"] + [f"mod{rng.randint(0, 9)}" for _ in range(depth - 1)]
-        d = root.joinpath(*parts)
-        d.mkdir(parents=True, exist_ok=True)
         lines = rng.randint(10, 150)
         body = "".join(f"def f{i}_{j}(x):\n    return x * {j} + {rng.randint(0, 999)}\n\n" for j in range(lines // 3))
-        (d / f"file_{i}.py").write_text(f'"""Module {i}."""\n\n{body}')
+        texts["/".join([*parts, f"file_{i}.py"])] = f'"""Module {i}."""\n\n{body}'
         total += len(body)
-    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True, env=GIT_ENV)
-    subprocess.run(["git", "-C", str(root), "commit", "-qm", "generated"], check=True, env=GIT_ENV)
+    scratch_repository(root, texts, message="generated")
     return files, total
 
 

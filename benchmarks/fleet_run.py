@@ -38,7 +38,8 @@ from workstation.core.session_state import SessionState  # noqa: E402
 from workstation.engine.acquire import external_endpoint  # noqa: E402
 from workstation.fleet import SessionSpec  # noqa: E402
 from workstation.services import Services  # noqa: E402
-from workstation.tuning.agent_check import TASKS, counter_delta, make_repo  # noqa: E402  (the tuner's agent check runs the same)
+from workstation.fleet.sample_repos import scratch_repository  # noqa: E402
+from workstation.tuning.agent_check import FILES, TASKS, counter_delta  # noqa: E402  (the agent check's repository)
 from workstation.tuning.loadgen import read_metrics  # noqa: E402
 
 async def run(args: argparse.Namespace, endpoint: Endpoint, observe=None) -> dict:  # type: ignore[no-untyped-def]
@@ -46,7 +47,7 @@ async def run(args: argparse.Namespace, endpoint: Endpoint, observe=None) -> dic
     records the fleet's traffic shape with it)."""
     work = Path(tempfile.mkdtemp(prefix="ws-fleet-run-"))
     repo, data = work / "repo", work / "data"
-    make_repo(repo)
+    scratch_repository(repo, FILES)
     tool_calls: dict[str, int] = {}
 
     def on_agent(e) -> None:  # type: ignore[no-untyped-def]

@@ -24,10 +24,8 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import os
 import secrets
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -47,6 +45,7 @@ from workstation.core.approvals import ApprovalPolicy  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
 from workstation.engine.chat_client import ChatClient  # noqa: E402
 from workstation.engine.http import make_http_client  # noqa: E402
+from workstation.fleet.sample_repos import scratch_repository  # noqa: E402
 
 PROJECTS = [
     ("calc", "calc.py", "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n",
@@ -78,17 +77,10 @@ RULES = ("# Rules for {name}\n\n- Keep functions short and named for what they r
 def _make_repo(base: Path, i: int, nonce: str, rules: bool = False) -> tuple[Path, str]:
     name, filename, content, task = PROJECTS[i % len(PROJECTS)]
     task = f"{task} (ticket {nonce}-{i})"  # nothing but the system prompt is cached from earlier runs
-    repo = base / f"{name}-{i}"
-    repo.mkdir(parents=True)
-    (repo / filename).write_text(content)
+    files = {filename: content, "README.md": f"# {name}\n\nA small project ({i}).\n"}
     if rules:
-        (repo / "AGENTS.md").write_text(RULES.format(name=name, ticket=f"{nonce}-{i}", i=i))
-    (repo / "README.md").write_text(f"# {name}\n\nA small project ({i}).\n")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "b", "GIT_AUTHOR_EMAIL": "b@b", "GIT_COMMITTER_NAME": "b",
-           "GIT_COMMITTER_EMAIL": "b@b"}
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "init"]):
-        subprocess.run(["git", "-C", str(repo), *args], check=True, env=env)
-    return repo, task
+        files["AGENTS.md"] = RULES.format(name=name, ticket=f"{nonce}-{i}", i=i)
+    return scratch_repository(base / f"{name}-{i}", files, message="init"), task
 
 
 async def scrape(http: httpx.AsyncClient, endpoint: Endpoint) -> dict[str, float]:

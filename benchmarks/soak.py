@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from workstation.core import agent_events as ev  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
 from workstation.core.session_state import SessionState as S  # noqa: E402
+from workstation.fleet.sample_repos import scratch_repository  # noqa: E402
 
 TASKS_PER_SESSION = 4
 METRICS = ("rss_mb", "open_fds", "threads", "asyncio_tasks", "child_processes", "sqlite_db_mb", "sqlite_wal_mb")
@@ -84,16 +85,8 @@ def serve() -> None:
 
 # ----------------------------------------------------------------------------- the app
 def make_repo(root: Path) -> Path:
-    repo = root / "repo"
-    (repo / "notes").mkdir(parents=True)
-    (repo / "README.md").write_text("# soak\n\nA repository for the soak test.\n")
-    (repo / "notes" / "keep.txt").write_text("keep\n")
-    env = {**os.environ, "GIT_AUTHOR_NAME": "soak", "GIT_AUTHOR_EMAIL": "s@example.invalid",
-           "GIT_COMMITTER_NAME": "soak", "GIT_COMMITTER_EMAIL": "s@example.invalid"}
-    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True, env=env)
-    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True, env=env)
-    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "initial"], check=True, env=env)
-    return repo
+    return scratch_repository(root / "repo", {"README.md": "# soak\n\nA repository for the soak test.\n",
+                                              "notes/keep.txt": "keep\n"})
 
 
 def size_mb(path: Path) -> float:

@@ -24,7 +24,6 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,25 +37,14 @@ from workstation.agent.sandbox import NetworkAccess, SandboxPolicy, probe_bwrap 
 from workstation.core.endpoints import Endpoint  # noqa: E402
 from workstation.config import load_settings  # noqa: E402
 from workstation.fleet import Fleet, SessionSpec  # noqa: E402
+from workstation.fleet.sample_repos import scratch_repository  # noqa: E402
 from workstation.services import Services  # noqa: E402
 
-GIT_ENV = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "b@example.invalid",
-           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "b@example.invalid"}
 EP = Endpoint(base_url="http://127.0.0.1:9", api_key="k", model="m", name="bench")
 
 
-def git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", "-C", str(cwd), *args], check=True, env=GIT_ENV, capture_output=True)
-
-
 def make_repo(root: Path) -> Path:
-    repo = root / "app"
-    repo.mkdir(parents=True)
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "app.py").write_text("print('app')\n")
-    (repo / ".gitignore").write_text(".env\nnode_modules\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "initial")
+    repo = scratch_repository(root / "app", {"app.py": "print('app')\n", ".gitignore": ".env\nnode_modules\n"})
     (repo / ".env").write_text("MODE=bench\n")
     for i in range(2000):
         d = repo / "node_modules" / f"pkg{i % 50}"

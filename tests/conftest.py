@@ -105,18 +105,10 @@ def bwrap_usable() -> None:
 @pytest.fixture
 def git_repo(tmp_path: Path) -> Path:
     """A small git repository with one commit on ``main``."""
-    import subprocess
+    from workstation.fleet.sample_repos import scratch_repository
 
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
-    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True, env=env)
-    (repo / "README.md").write_text("# sample\n")
-    (repo / "app.py").write_text("def add(a, b):\n    return a + b\n")
-    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True, env=env)
-    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "initial"], check=True, env=env)
-    return repo
+    files = {"README.md": "# sample\n", "app.py": "def add(a, b):\n    return a + b\n"}
+    return scratch_repository(tmp_path / "repo", files)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:

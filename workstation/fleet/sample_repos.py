@@ -10,6 +10,9 @@ such a branch and is done when the tests pass again — a real, checkable fix.
 The first commit records the sample's content fingerprint (files and bugs). Asking again
 for the same sample in the same folder reuses it; anything else already there is refused.
 
+:func:`scratch_repository` makes the throw-away repositories the tuner's agent check, the
+benchmarks and the tests work in, the same way (one commit on ``main``, the same git options).
+
 Blocking (file copies and a few short ``git`` processes): call it from a worker thread or
 a dedicated executor, never on the event loop.
 """
@@ -21,6 +24,7 @@ import os
 import shutil
 import subprocess
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -165,22 +169,23 @@ def get_sample(name: str) -> SampleRepository:
     return _describe(name, _walk(root))
 
 
-def _git_env() -> dict[str, str]:
+def _git_env(*, dated: bool = True) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}
     env.update(
-        GIT_AUTHOR_NAME=_AUTHOR[0], GIT_AUTHOR_EMAIL=_AUTHOR[1], GIT_AUTHOR_DATE=_COMMIT_DATE,
+        GIT_AUTHOR_NAME=_AUTHOR[0], GIT_AUTHOR_EMAIL=_AUTHOR[1],
         GIT_COMMITTER_NAME=_AUTHOR[0], GIT_COMMITTER_EMAIL=_AUTHOR[1],
-        GIT_COMMITTER_DATE=_COMMIT_DATE, GIT_TERMINAL_PROMPT="0", GIT_CONFIG_NOSYSTEM="1",
-        LC_ALL="C",
+        GIT_TERMINAL_PROMPT="0", GIT_CONFIG_NOSYSTEM="1", LC_ALL="C",
     )
+    if dated:
+        env.update(GIT_AUTHOR_DATE=_COMMIT_DATE, GIT_COMMITTER_DATE=_COMMIT_DATE)
     return env
 
 
-def _git(cwd: Path, *args: str) -> str:
+def _git(cwd: Path, *args: str, dated: bool = True) -> str:
     command = ["git", "-c", "commit.gpgsign=false", "-c", "core.hooksPath=/dev/null",
                "-c", "init.defaultBranch=main", "-c", "core.autocrlf=false", *args]
     try:
-        done = subprocess.run(command, cwd=cwd, env=_git_env(), capture_output=True, text=True,
+        done = subprocess.run(command, cwd=cwd, env=_git_env(dated=dated), capture_output=True, text=True,
                               timeout=GIT_TIMEOUT_S, check=False)
     except FileNotFoundError:
         raise SampleRepositoryError("git is not installed (needed to create sample repositories)",
@@ -260,4 +265,24 @@ def create_sample_repository(name: str, dest: Path) -> Path:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    return dest
+
+
+def scratch_repository(dest: Path, files: Mapping[str, str], *, message: str = "initial") -> Path:
+    """A throw-away git repository at ``dest`` holding ``files`` (a path under it, ``/``
+    between folders → its text) in one commit on ``main``: made like the samples (their
+    author, no hooks, no signing, none of the caller's ``GIT_*`` variables, so neither the
+    user's git configuration nor a test's environment gets in the way), but dated now.
+    ``dest`` is made; it must not exist or be empty. Blocking."""
+    dest = Path(dest)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise SampleRepositoryError(f"cannot make a scratch repository at {dest}: it is not an empty folder")
+    dest.mkdir(parents=True, exist_ok=True)
+    for rel, text in files.items():
+        target = dest.joinpath(*rel.split("/"))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text)
+    _git(dest, "init", "-q", "-b", "main", dated=False)
+    _git(dest, "add", "-A", dated=False)
+    _git(dest, "commit", "-q", "--allow-empty", "-m", message, dated=False)
     return dest

@@ -22,9 +22,7 @@ tool calls than the baseline's did, or ended on an error more often.
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
-import subprocess
 import tempfile
 import time
 from collections import Counter
@@ -37,12 +35,11 @@ from workstation.core import agent_events as ev
 from workstation.core.endpoints import Endpoint
 from workstation.core.session_state import SessionState
 from workstation.fleet import SessionSpec
+from workstation.fleet.sample_repos import scratch_repository
 from workstation.telemetry.vllm_metrics import MetricsReading
 from workstation.tuning.loadgen import read_metrics
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "workstation", "GIT_AUTHOR_EMAIL": "check@example.invalid",
-           "GIT_COMMITTER_NAME": "workstation", "GIT_COMMITTER_EMAIL": "check@example.invalid"}
-FILES = {
+FILES = {  # the scratch repository the check's sessions work in
     "README.md": "# calc\n\nA tiny calculator library.\n",
     "calc.py": "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n",
     "strings.py": "def shout(s):\n    return s.upper() + '!'\n",
@@ -62,17 +59,6 @@ TOOL_CALL_SHARE = 0.75
 """A change is refused when its sessions made fewer than this share of the baseline's tool
 calls (less half a call: a short check's own spread)."""
 ENDED_WELL = (SessionState.DONE, SessionState.NEEDS_INPUT)
-
-
-def make_repo(root: Path) -> None:
-    """The scratch repository the check's sessions work in (git, four small files)."""
-    root.mkdir(parents=True)
-    env = {**os.environ, **GIT_ENV}
-    subprocess.run(["git", "init", "-q", "-b", "main", str(root)], check=True, env=env)
-    for name, text in FILES.items():
-        (root / name).write_text(text)
-    subprocess.run(["git", "-C", str(root), "add", "-A"], check=True, env=env)
-    subprocess.run(["git", "-C", str(root), "commit", "-qm", "initial"], check=True, env=env)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +153,7 @@ async def run_agent_check(make_fleet: Callable[..., Any], endpoint: Endpoint, *,
     t0 = time.monotonic()
     try:
         repo = work / "repo"
-        await asyncio.to_thread(make_repo, repo)
+        await asyncio.to_thread(scratch_repository, repo, FILES)
         fleet = make_fleet(endpoints=[endpoint], data_dir=work / "data", max_generating=sessions)
         fleet.agent_event.connect(on_agent)
         await fleet.start()
