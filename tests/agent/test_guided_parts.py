@@ -171,6 +171,30 @@ def test_finish_comes_once_the_tests_pass_after_a_change(tmp_path: Path) -> None
     assert choose(read_state(history, ws.test_command), ws, {}).tools == ("attempt_completion",)
 
 
+@pytest.mark.parametrize("refusal", [
+    "[REFUSED] This action needs approval (command actions need approval), but no one can approve actions "
+    "in this session, so it was not run.",
+    "[DENIED] The user denied this action.",
+])
+def test_a_test_command_that_may_not_run_is_not_asked_again(tmp_path: Path, refusal: str) -> None:
+    """A headless session with commands not auto-approved ran `python -m pytest -q` four times
+    in a row, each refused, until its turn limit (the tuner's agent check, on the CPU engine)."""
+    from workstation.agent.guided.texts import completion_result
+
+    ws = _ws(tmp_path, "Fix helper in pkg/core.py.")
+    history = [_call("1", "read_file", path="pkg/core.py"), _result("1", SOURCE),
+               _call("2", "replace_in_file", path="pkg/core.py", target="helper"), _result("2", "Applied 1 block."),
+               _call("3", "execute_command", command="python -m pytest -q"), _result("3", refusal)]
+    state = read_state(history, ws.test_command)
+    assert state.tests_refused.startswith(refusal[:10]) and state.test_runs == 0
+    choice = choose(state, ws, {})
+    assert choice.tools == ("attempt_completion",) and "may not run" in choice.hint
+    assert "not allowed to run" in completion_result(["pkg/core.py"], ws.test_command, None, state.tests_refused)
+    # another command refused is not the tests: they are still due
+    other = [*history[:4], _call("3", "execute_command", command="rm -rf build"), _result("3", refusal)]
+    assert choose(read_state(other, ws.test_command), ws, {}).tools == ("execute_command",)
+
+
 def test_choice_regex_accepts_exactly_the_allowed_calls() -> None:
     choice = Choice((
         Option("read_file", (Arg("path", ("a.py", 'we"ird/b.py')),)),

@@ -52,11 +52,12 @@ class Choice:
 def choose(state: GuidedState, ws: Workspace, targets: dict[str, list[str]]) -> Choice:
     """What may come next. ``targets``: path → edit targets of each file the model has
     read (functions of Python files, else just the whole file)."""
-    testing = ws.test_command is not None
+    testing = ws.test_command is not None and not state.tests_refused  # a refused command is not asked again
     if state.changed_since_test and testing:
         return Choice((_run_tests(ws),), "You changed the code. Next: run the tests.")
     if state.changed_any and (state.last_test_passed or not testing):
-        return Choice((Option("attempt_completion"),), "The tests pass. Next: attempt_completion.")
+        done = "The tests may not run here" if state.tests_refused else "The tests pass"
+        return Choice((Option("attempt_completion"),), f"{done}. Next: attempt_completion.")
     options: list[Option] = []
     named = [p for p in ws.mentioned if not state.shown_current(p)]
     unread = tuple(named) if ws.mentioned else tuple(p for p in ws.files if not state.shown_current(p))

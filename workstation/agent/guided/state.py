@@ -14,6 +14,7 @@ from workstation.agent.guided.workspace import is_test_command
 from workstation.agent.history import Message
 
 _FAILED_PREFIXES = ("[ERROR]", "[DENIED]", "[REFUSED]", "[SKIPPED]", "[INTERRUPTED]")
+_NOT_ALLOWED = ("[DENIED]", "[REFUSED]")
 _EXIT = re.compile(r"^Exit code: (-?\d+)")
 EDIT_TOOLS = ("replace_in_file", "write_to_file")
 
@@ -32,6 +33,10 @@ class GuidedState:
     test_runs: int = 0
     last_test_passed: bool | None = None
     last_test_output: str = ""
+    tests_refused: str = ""
+    """Why the test command may not run in this session (denied by the user, or refused:
+    no one can approve it), as its result said; empty while it may. Asking again gets the
+    same answer, so the tests are then left out of the steps (they are not retried)."""
     last_call: tuple[str, str] | None = None
     """(tool, arguments JSON) of the last call that succeeded."""
     completed: bool = False
@@ -86,7 +91,12 @@ def read_state(messages: list[Message], test_command: str | None) -> GuidedState
             continue
         name, args, raw = found
         text = message.get("content") or ""
-        if not isinstance(text, str) or text.startswith(_FAILED_PREFIXES):
+        if not isinstance(text, str):
+            continue
+        if text.startswith(_FAILED_PREFIXES):
+            if (name == "execute_command" and text.startswith(_NOT_ALLOWED)
+                    and is_test_command(str(args.get("command", "")), test_command)):
+                state.tests_refused = text.split("\n", 1)[0][:300]
             continue
         path = str(args.get("path", ""))
         if name == "read_file":

@@ -44,9 +44,12 @@ def code_request(*, path: str, target: str, task: str, before: str, language: st
     return "\n\n".join(parts)
 
 
-def completion_result(changed: list[str], test_command: str | None, passed: bool | None) -> str:
+def completion_result(changed: list[str], test_command: str | None, passed: bool | None,
+                      tests_refused: str = "") -> str:
     """The result of a guided session, written from what happened (not by the model)."""
     files = ", ".join(changed) if changed else "no files"
+    if test_command and tests_refused:  # nothing runs after a refusal: the last change is untested
+        return f"Changed {files}; `{test_command}` was not allowed to run, so the change is untested."
     if test_command and passed:
         return f"Changed {files}; `{test_command}` passes."
     if test_command and passed is False:

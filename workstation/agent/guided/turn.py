@@ -192,7 +192,7 @@ class GuidedTurn:
                 tool, args, shown = edit.tool, edit.args, edit.text
             elif tool == "attempt_completion":
                 args = {"result": texts.completion_result(sorted(state.changes), ws.test_command,
-                                                          state.last_test_passed)}
+                                                          state.last_test_passed, state.tests_refused)}
         except BaseException:
             self.emit(ev.TurnFinished(self.session_id, self.turn, "error", shown, 0))
             raise
