@@ -351,16 +351,17 @@ class Application:
 
     async def _run_demo(self) -> None:
         """Create and start the manifest's sessions; record them for the duration asked."""
-        from workstation.fleet.demo_run import demo_specs, prepare_demo
+        from workstation.fleet.demo_run import prepare_demo, start_demo
 
         demo = self.demo
         assert demo is not None and self.fleet is not None
         plan = await asyncio.to_thread(prepare_demo, self.settings.data_dir, sessions=demo.sessions,
                                        manifest=demo.manifest)
         log.info("demo '%s': %d sessions in %s", plan.manifest.name, len(plan.sessions), plan.workdir)
-        for spec in demo_specs(plan, headless=demo.headless):
-            made = await self.fleet.create_session(spec, free_names=True)  # run again: a free name
-            await self.fleet.start_session(made.session_id)
+        started = await start_demo(self.fleet, plan, self.settings.data_dir, headless=demo.headless)
+        if started.replaced and self.window is not None:
+            self.window.show_status(f"The demo's {len(started.session_ids)} sessions replace the "
+                                    f"{started.replaced} an earlier demo run made", 20000)
         if demo.record is not None and self.recorder is not None:
             from workstation.ui.recorder import RecordingOptions
 

@@ -97,7 +97,7 @@ async def _fleet_demo(args: argparse.Namespace) -> int:
 
     import orjson
 
-    from workstation.fleet.demo_run import demo_specs, prepare_demo
+    from workstation.fleet.demo_run import prepare_demo, start_demo
 
     settings = load_settings()
     loop = asyncio.get_running_loop()
@@ -115,12 +115,10 @@ async def _fleet_demo(args: argparse.Namespace) -> int:
         await engine.start(progress=_say)
         fleet = services.fleet(resume_on_start=False)
         await fleet.start()
-        scope = []
-        for spec in demo_specs(plan, headless=True):
-            made = await fleet.create_session(spec, free_names=True)
-            scope.append(made.session_id)
-        for sid in scope:
-            await fleet.start_session(sid)
+        started = await start_demo(fleet, plan, settings.data_dir, headless=True)
+        if started.replaced:
+            _say(f"removed the {started.replaced} session(s) an earlier demo run made")
+        scope = list(started.session_ids)
         table = LiveTable(sys.stdout, scope)
         drawer = asyncio.create_task(table.run(fleet, 1.0 if sys.stdout.isatty() else 10.0, t0),
                                      name="demo-table")

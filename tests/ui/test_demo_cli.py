@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 
@@ -38,6 +39,12 @@ def test_headless_fleet_demo_prints_a_table_and_a_summary(tmp_path, smollm2_engi
     last = result.stdout.strip().splitlines()[-1]
     assert '"sessions":2' in last and '"completion_tokens"' in last
     assert "fix-" in result.stdout  # session names from the demo manifest
+    again = _demo(tmp_path, smollm2_engine, "--sessions", "2", "--duration", "5")  # tokens or not: 0 or 1
+    assert again.returncode in (0, 1) and "Traceback" not in again.stderr, again.stderr[-2000:]
+    assert "removed the 2 session(s) an earlier demo run made" in again.stderr
+    with sqlite3.connect(tmp_path / "data" / "store.sqlite3") as db:
+        names = sorted(row[0] for row in db.execute("SELECT name FROM sessions"))
+    assert len(names) == 2 and not any(n.endswith("-2") for n in names)  # replaced, not 2 more
 
 
 def test_recording_into_a_missing_folder_is_a_clear_error(tmp_path, smollm2_engine):

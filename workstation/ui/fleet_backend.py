@@ -77,7 +77,9 @@ class FleetCommands:
         return str(Path(self.fleet.data_dir) / "attachments")
 
     async def refresh_recent(self) -> None:
-        self.recent = list(await self.fleet.store.known_repos())[:20]
+        """The repositories sessions were made on, newest first, those still there (a demo run
+        deletes the sample repositories of the one before)."""
+        self.recent = [p for p in await self.fleet.store.known_repos() if Path(p).is_dir()][:20]
 
     async def create_sessions(self, request: NewSessionRequest) -> None:
         await self.fleet.create_sessions(spec_from_request(request), max(1, request.copies), start=True)

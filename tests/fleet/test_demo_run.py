@@ -1,0 +1,108 @@
+"""Running the demo again on the same data folder: the new set replaces the one an earlier
+run made (32 sessions, not 64), and nothing the user made is touched."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import httpx
+
+from tests.fleet.conftest import git
+from tests.fleet.fakes import Script, factory
+from workstation.core.endpoints import Endpoint
+from workstation.fleet.demo_run import MADE_FILE, prepare_demo, start_demo
+from workstation.fleet.service import Fleet
+from workstation.fleet.session import SessionSpec
+
+EP = Endpoint(base_url="http://e1.test/v1", api_key="", model="m", name="e1")
+
+
+def make_fleet(data: Path, http: httpx.AsyncClient) -> Fleet:
+    return Fleet(data_dir=data, endpoints=(EP,), agent_factory=factory(Script(steps=1)), http=http,
+                 max_generating=32, engine_poll_s=0.05)
+
+
+async def demo_run(data: Path, http: httpx.AsyncClient, *, sessions: int | None = None,
+                   before: list[SessionSpec] = ()) -> tuple[Fleet, tuple[str, ...], int]:
+    """One app run: the fleet brings back what the data folder holds, the demo starts; the
+    fleet is left open for the caller to look at."""
+    fleet = make_fleet(data, http)
+    await fleet.start()
+    for spec in before:
+        await fleet.create_session(spec)
+    plan = await asyncio.to_thread(prepare_demo, data, sessions=sessions)
+    started = await start_demo(fleet, plan, data, headless=True)
+    await asyncio.wait_for(fleet.wait_settled(), 120)
+    return fleet, started.session_ids, started.replaced
+
+
+async def test_a_second_demo_run_leaves_32_demo_sessions_and_the_users_own(
+        tmp_path: Path, git_repo: Path, mock_http: httpx.AsyncClient) -> None:
+    data = tmp_path / "data"
+    mine = SessionSpec(task="Fix it", repo=str(git_repo), name="mine")
+    fleet, first, replaced = await demo_run(data, mock_http, before=[mine])
+    assert len(first) == 32 and replaced == 0
+    first_names = {fleet.summary(i).name for i in first}
+    sample = Path(fleet.summary(first[0]).repo_path)  # one of the first run's sample repositories
+    on_sample = await fleet.create_session(SessionSpec(task="My own change", repo=str(sample), name="on-sample"))
+    await fleet.aclose()
+
+    fleet, second, replaced = await demo_run(data, mock_http)
+    rows = {s.session_id: s for s in fleet.sessions()}
+    assert replaced == 32 and len(second) == 32
+    assert not set(first) & set(rows)  # the first run's sessions are gone ...
+    assert {rows[i].name for i in second} == first_names  # ... so the new ones take their names again
+    assert sorted(s.name for s in rows.values() if s.session_id not in second) == ["mine", "on-sample"]
+    assert len(rows) == 34  # 32 demo sessions and the user's two, not 64 + 2
+    users = rows[on_sample.session_id]
+    assert Path(users.worktree_path).is_dir() and sample.is_dir()  # its repository stays with it
+    assert [p.name for p in Path(users.worktree_path).parent.iterdir()] == ["on-sample"]  # the first run's worktrees in that repository went with their sessions
+    branches = git(sample, "branch", "--format=%(refname:short)").split()
+    assert [b for b in branches if b.startswith("ws/")] == ["ws/on-sample"]  # and their branches
+    await fleet.aclose()
+
+
+async def test_earlier_demo_folders_go_when_no_session_uses_them_and_old_folders_are_recognised(
+        tmp_path: Path, git_repo: Path, mock_http: httpx.AsyncClient) -> None:
+    """A folder from before the demo wrote down its sessions: the sessions on its sample
+    repositories that run the manifest's tasks are the demo's; the same task on another
+    repository is the user's."""
+    data = tmp_path / "data"
+    fleet = make_fleet(data, mock_http)
+    await fleet.start()
+    old = await asyncio.to_thread(prepare_demo, data, sessions=4, workdir=data / "demo" / "20250101-120000")
+    from workstation.fleet.demo_run import demo_specs
+
+    legacy = [(await fleet.create_session(spec)).session_id for spec in demo_specs(old, headless=True)]
+    prompt = old.sessions[0].task.prompt
+    same_task = await fleet.create_session(SessionSpec(task=prompt, repo=str(git_repo), name="same-task"))
+    assert not (old.workdir / MADE_FILE).exists()
+    plan = await asyncio.to_thread(prepare_demo, data, sessions=4)
+    started = await start_demo(fleet, plan, data, headless=True)
+    await asyncio.wait_for(fleet.wait_settled(), 60)
+    ids = {s.session_id for s in fleet.sessions()}
+    assert started.replaced == 4 and not set(legacy) & ids
+    assert ids == {*started.session_ids, same_task.session_id}
+    assert not old.workdir.exists()  # no session uses it any more
+    assert all(any(holder.iterdir()) for holder in (data / "worktrees").iterdir())  # no empty ones left
+    from workstation.ui.fleet_backend import FleetCommands  # Qt-free: the window's commands
+
+    commands = FleetCommands(fleet)
+    await commands.refresh_recent()
+    gone = str(old.repos[old.sessions[0].repository.name])
+    assert gone in await fleet.store.known_repos() and gone not in commands.recent_repositories()
+    assert str(git_repo) in commands.recent_repositories()  # the New dialog offers what is still there
+    assert (plan.workdir / MADE_FILE).read_text().split() == list(started.session_ids)
+    await fleet.aclose()
+
+    # A third run in the same second gets a folder of its own and replaces the second's set.
+    fleet = make_fleet(data, mock_http)
+    await fleet.start()
+    again = await asyncio.to_thread(prepare_demo, data, sessions=4, workdir=None)
+    assert again.workdir != plan.workdir
+    third = await start_demo(fleet, again, data, headless=True)
+    await asyncio.wait_for(fleet.wait_settled(), 60)
+    assert third.replaced == 4 and not plan.workdir.exists()
+    assert {s.session_id for s in fleet.sessions()} == {*third.session_ids, same_task.session_id}
+    await fleet.aclose()
