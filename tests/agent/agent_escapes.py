@@ -37,11 +37,10 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from tests.helpers.scripted_server import Reply, ScriptedServer, ToolCall  # noqa: E402
+from workstation.fleet.sample_repos import scratch_repository  # noqa: E402
 
 SECRET_MARKER = "ssh-secret-marker-7f3a9c"
 """Not shaped like a key, so the output scrub cannot be what stops it."""
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
 
 
 def layout(workdir: Path) -> dict[str, Path]:
@@ -54,11 +53,7 @@ def make_workdir(workdir: Path) -> dict[str, Path]:
     p["secret"].parent.mkdir(parents=True)
     p["secret"].write_text(f"{SECRET_MARKER}\n")
     p["outside"].mkdir(parents=True)
-    p["repo"].mkdir(parents=True)
-    (p["repo"] / "README.md").write_text("a project\n")
-    env = {**os.environ, **GIT_ENV}
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "initial"]):
-        subprocess.run(["git", "-C", str(p["repo"]), *args], check=True, capture_output=True, env=env)
+    scratch_repository(p["repo"], {"README.md": "a project\n"})
     return p
 
 

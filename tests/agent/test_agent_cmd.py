@@ -15,6 +15,7 @@ from tests.helpers.prerequisites import needs_bwrap
 from tests.helpers.scripted_server import Reply, ScriptedServer, ToolCall
 from workstation.cli import main
 from workstation.core.endpoints import Endpoint
+from workstation.fleet.sample_repos import scratch_repository
 
 
 def call(name: str, **args: object) -> Reply:
@@ -86,12 +87,8 @@ def test_json_lines(git_repo: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 @pytest.mark.engine
 def test_cli_against_the_real_engine(smollm2_engine: Endpoint, tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "TODO.txt").write_text("Next step: write_to_file with path \"hello.py\" and content \"print('hello')\".\n")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-qm", "todo")
+    todo = "Next step: write_to_file with path \"hello.py\" and content \"print('hello')\".\n"
+    repo = scratch_repository(tmp_path / "repo", {"TODO.txt": todo}, message="todo")
     proc = subprocess.run(
         [sys.executable, "-m", "workstation", "--data-dir", str(tmp_path / "data"), "agent",
          "--endpoint", smollm2_engine.base_url, "--api-key", smollm2_engine.api_key,

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent.conftest import git
 from tests.agent.test_mcp import SERVER
 from tests.helpers.prerequisites import needs_bwrap
 from workstation.agent import Agent, AgentConfig
@@ -19,6 +18,7 @@ from workstation.core.approvals import ApprovalPolicy
 from workstation.core.endpoints import Endpoint
 from workstation.engine.chat_client import ChatClient
 from workstation.engine.http import make_http_client
+from workstation.fleet.sample_repos import scratch_repository
 
 pytestmark = pytest.mark.engine
 
@@ -27,12 +27,7 @@ TASK = 'Call the tool mcp__notes__note with text "hello from the model".'
 
 @needs_bwrap
 async def test_smollm2_calls_an_mcp_tool(smollm2_engine: Endpoint, tmp_path: Path) -> None:
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git(repo, "init", "-q", "-b", "main")
-    (repo / "README.md").write_text("notes\n")
-    git(repo, "add", "README.md")
-    git(repo, "commit", "-qm", "first")
+    repo = scratch_repository(tmp_path / "repo", {"README.md": "notes\n"}, message="first")
     notes = parse_servers({"notes": {"command": sys.executable, "args": [str(SERVER)]}}, "t")[0]
     events: list = []
     cfg = AgentConfig(approval=ApprovalPolicy.parse("read,edit,mcp"), temperature=0.0, max_turns=5,

@@ -25,6 +25,7 @@ from workstation.core.approvals import ApprovalPolicy
 from workstation.core.endpoints import Endpoint
 from workstation.engine.chat_client import ChatClient
 from workstation.engine.http import make_http_client
+from workstation.fleet.sample_repos import scratch_repository
 
 pytestmark = pytest.mark.engine
 
@@ -48,12 +49,7 @@ def _agent(http, endpoint: Endpoint, root: Path, task: str, events: list, **conf
 
 
 async def test_smollm2_reads_then_writes_python_and_checkpoints(smollm2_engine: Endpoint, http, tmp_path: Path) -> None:
-    git_repo = tmp_path / "todo-repo"
-    git_repo.mkdir()
-    git(git_repo, "init", "-q", "-b", "main")
-    (git_repo / "TODO.txt").write_text(TODO)
-    git(git_repo, "add", "TODO.txt")
-    git(git_repo, "commit", "-qm", "todo")
+    git_repo = scratch_repository(tmp_path / "todo-repo", {"TODO.txt": TODO}, message="todo")
     head = git(git_repo, "rev-parse", "HEAD")
     events: list = []
     agent = _agent(http, smollm2_engine, git_repo, "Read TODO.txt and do what it says.", events)

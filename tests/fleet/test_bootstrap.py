@@ -28,6 +28,7 @@ from workstation.core.session_state import SessionState as S
 from workstation.engine.http import make_http_client
 from workstation.fleet import Fleet, SessionSpec, real_agent_factory
 from workstation.fleet.bootstrap import SETUP_TOOL, BootstrapOptions
+from workstation.fleet.sample_repos import scratch_repository
 
 EP = Endpoint(base_url="http://127.0.0.1:9", api_key="k", model="m", name="e1")
 SETUP = ("echo port=$WORKSTATION_PORT count=$WORKSTATION_PORT_COUNT; cat .env; "
@@ -49,13 +50,8 @@ def app_repo() -> Iterator[Path]:
 
 
 def _make_app_repo(git_repo: Path) -> Path:
-    git_repo.mkdir()
-    git(git_repo, "init", "-q", "-b", "main")
-    (git_repo / "app.py").write_text("def add(a, b):\n    return a + b\n")
-    (git_repo / ".gitignore").write_text(".env\nnode_modules\nsetup.log\n")
-    (git_repo / "README.md").write_text("# app\n")
-    git(git_repo, "add", "-A")
-    git(git_repo, "commit", "-qm", "initial")
+    scratch_repository(git_repo, {"app.py": "def add(a, b):\n    return a + b\n",
+                                  ".gitignore": ".env\nnode_modules\nsetup.log\n", "README.md": "# app\n"})
     (git_repo / ".env").write_text("MODE=local\n")
     (git_repo / "node_modules" / "pkg").mkdir(parents=True)
     (git_repo / "node_modules" / "pkg" / "index.js").write_text("module.exports = 42;\n")

@@ -154,17 +154,9 @@ class FleetUI:
 
 @pytest.fixture
 def calc_repo(tmp_path: Path) -> Path:
-    import subprocess
+    from workstation.fleet.sample_repos import scratch_repository
 
-    repo = tmp_path / "calc"
-    repo.mkdir()
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid"}
-    subprocess.run(["git", "init", "-q", "-b", "main", str(repo)], check=True, env=env)
-    (repo / "calc.py").write_text("def add(a, b):\n    return a - b\n")
-    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True, env=env)
-    subprocess.run(["git", "-C", str(repo), "commit", "-qm", "initial"], check=True, env=env)
-    return repo
+    return scratch_repository(tmp_path / "calc", {"calc.py": "def add(a, b):\n    return a - b\n"})
 
 
 @pytest.fixture
