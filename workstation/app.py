@@ -195,11 +195,8 @@ class Application:
         self._install_tuning()
         self._install_recorder()
         self._spawn(self._show_sandbox(), "sandbox-status")
-        if self.demo is not None and self.demo.record is not None:
-            window.resize(1920, 1080)  # recorded as a 1080p screen, scaled to the output size
-        else:
-            window.resize(1600, 960)
-        window.show()
+        recording = self.demo is not None and self.demo.record is not None
+        window.show_first((1920, 1080) if recording else None)  # recorded as a 1080p screen, scaled
 
     def _install_recorder(self) -> None:
         """The recorder's REC button (Ctrl+R) in its toolbar slot, its timer in the status bar;
@@ -440,6 +437,7 @@ class Application:
         self._accepting = False
         window = self.window
         if window is not None:
+            window.save_layout()  # where the user left it, however the app is stopped (Ctrl+C, a signal)
             window.stop_accepting_work()
         recorder = self.recorder
         if recorder is not None and recorder.state.value in ("starting", "recording"):

@@ -48,6 +48,7 @@ from workstation.ui.session_actions import SessionActions
 from workstation.ui.status_line import session_summary_line
 from workstation.ui.stop_guard import StopGuard
 from workstation.ui.tasks import TaskOwner
+from workstation.ui.window_placement import WindowPlacement
 
 if TYPE_CHECKING:
     from workstation.ui.bridge import FleetBridge
@@ -144,7 +145,9 @@ class MainWindow(QMainWindow):
         self.stats_timer.setInterval(STATS_INTERVAL_MS)
         self.stats_timer.timeout.connect(self._on_stats_tick)
         self.stats_timer.start()
-        self._restore()
+        self.placement = WindowPlacement(self, self._qsettings)
+        """Where it opens; what of its geometry and docks is remembered."""
+        self.placement.restore()
         self.set_engine_view(engine.view() if engine else EngineView(state="stopped", managed=False))
         self._update_counts()
 
@@ -432,9 +435,7 @@ class MainWindow(QMainWindow):
         dock.hide()
         self.meters_dock_action.setEnabled(True)
         self.meters_dock_action.triggered.connect(lambda: dock.setVisible(not dock.isVisible()))
-        state = self._qsettings.value("window/state")
-        if state is not None:
-            self.restoreState(state)
+        self.placement.restore_state()
 
     def install_record_action(self, action: QAction) -> None:
         """The recorder's button goes in its slot of the toolbar; Ctrl+R triggers it."""
@@ -533,18 +534,13 @@ class MainWindow(QMainWindow):
         self.show_status(message, 10000)
 
     # ----- state and closing -----
-    def _restore(self) -> None:
-        geometry = self._qsettings.value("window/geometry")
-        if geometry is not None:
-            self.restoreGeometry(geometry)
-        state = self._qsettings.value("window/state")
-        if state is not None:
-            self.restoreState(state)
+    def show_first(self, size_px: tuple[int, int] | None = None) -> None:
+        """Open the window: where the user left it, else filling the screen; ``size_px``: a
+        size the app needs (a recording), not remembered as the user's."""
+        self.placement.show(size_px)
 
     def save_layout(self) -> None:
-        self._qsettings.setValue("window/geometry", self.saveGeometry())
-        self._qsettings.setValue("window/state", self.saveState())
-        self._qsettings.sync()
+        self.placement.save()
 
     def stop_accepting_work(self) -> None:
         """The shutdown began: no new sessions, starts or approvals; commands go nowhere."""
