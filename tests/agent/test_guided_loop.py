@@ -114,6 +114,24 @@ async def test_a_vague_task_lets_the_model_choose_and_redraws_broken_code(make_a
     assert rec.of(ev.MistakeCounted) == []
 
 
+async def test_a_draft_that_uses_names_nothing_defines_is_not_tried(make_agent, bug_repo: Path) -> None:
+    """SmolLM2 wrote ``return a + m(m(calc.plro, b, 1))`` and ``np.add(a, b)`` into files that
+    define neither; both parse, so they were tried (and kept, where no test ran)."""
+    garbage = ("```python\ndef total_value(self):\n"
+               "    return np.sum(item.price * qty for item in self._items.values())\n```")
+    respond = answering(garbage, sampled=(garbage, GOOD))
+    async with ScriptedServer(responder=respond) as srv:
+        agent, rec = make_agent(srv, root=bug_repo, task=EXPLICIT, model_parameters=SMOLLM2_PARAMETERS,
+                                user_present=False)
+        outcome = await agent.run()
+    assert outcome.status is RunStatus.COMPLETED, outcome
+    tools = [e.tool for e in rec.of(ev.ToolCallStarted)]
+    assert tools == ["read_file", "replace_in_file", "execute_command", "attempt_completion"]  # GOOD, first time
+    shown = "".join(e.text for e in rec.of(ev.TextStreamed))
+    assert "3 drafts, 1 usable" in shown  # the greedy one and a sampled one use np and qty
+    assert suite_passes(bug_repo)
+
+
 async def test_failed_tests_try_the_next_queued_draft_without_asking_again(make_agent, bug_repo: Path) -> None:
     wrong = GOOD.replace("item.price * item.quantity", "item.price * item.quantity * 2")
     respond = answering(wrong, sampled=(GOOD,))

@@ -291,6 +291,20 @@ def test_the_kept_draft_parses_changes_something_and_does_what_the_task_spells_o
     assert 128 <= max_draft_tokens(before, 1024) < 1024 and max_draft_tokens("x" * 9000, 1024) == 1024
 
 
+def test_new_undefined_names_are_what_a_draft_adds() -> None:
+    from workstation.agent.guided.symbols import new_undefined_names, undefined_names
+
+    before = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
+    assert new_undefined_names(before, before.replace("a + b", "a + m(m(calc.plro, b, 1))")) == ["calc", "m"]
+    assert new_undefined_names(before, before.replace("a + b", "a + b, np.add(a, b)")) == ["np"]
+    # an import inside the function, a builtin, a local: all defined
+    assert new_undefined_names(before, before.replace("return a + b", "import math\n    s = abs(a)\n"
+                                                                       "    return math.fsum([s, b])")) == []
+    # a name the file already leaves undefined (a star import, a global set elsewhere) is not the draft's
+    assert new_undefined_names("def f():\n    return G\n", "def f():\n    return G + 1\n") == []
+    assert undefined_names("def (") is None
+
+
 def test_a_guided_turn_sends_a_bounded_view_of_the_history() -> None:
     from workstation.agent.guided.state import request_view
 

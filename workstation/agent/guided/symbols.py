@@ -11,6 +11,9 @@ import ast
 import textwrap
 from dataclasses import dataclass
 
+from pyflakes import checker as pyflakes_checker
+from pyflakes import messages as pyflakes_messages
+
 WHOLE_FILE = "(whole file)"
 """The edit target that rewrites a whole file (any text file, or Python that does not parse)."""
 
@@ -104,6 +107,26 @@ def parses(text: str) -> str | None:
     except ValueError as exc:
         return str(exc)
     return None
+
+
+def undefined_names(text: str) -> set[str] | None:
+    """The names Python ``text`` uses and neither defines, imports nor has as a builtin
+    (pyflakes' scope rules); None when it does not parse."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    found = pyflakes_checker.Checker(tree, filename="draft.py").messages
+    return {str(m.message_args[0]) for m in found if isinstance(m, pyflakes_messages.UndefinedName)}
+
+
+def new_undefined_names(before: str, after: str) -> list[str]:
+    """The undefined names ``after`` has that ``before`` did not (a draft that calls ``np.add``
+    in a file that never imports numpy, or ``m(calc.plro, b)``), sorted."""
+    now = undefined_names(after)
+    if not now:
+        return []
+    return sorted(now - (undefined_names(before) or set()))
 
 
 def program_key(code: str) -> str | None:

@@ -29,7 +29,7 @@ from workstation.agent.guided.drafts import (
 )
 from workstation.agent.guided.state import GuidedState, failure_summary, read_state, request_view
 from workstation.agent.guided.symbols import (
-    WHOLE_FILE, Symbol, find_symbol, header_line, indent_code, parses, program_key, python_symbols,
+    WHOLE_FILE, Symbol, find_symbol, header_line, indent_code, new_undefined_names, parses, program_key, python_symbols,
     replace_symbol, symbol_lines, symbol_source,
 )
 from workstation.agent.guided.workspace import Workspace, look, mentioned_paths
@@ -271,6 +271,8 @@ class GuidedTurn:
             code = extract_code(text)
             new_text = self._apply(current, original, sym_now, sym_then, code, new_file)
             problem = "changes nothing" if same_code(new_text, current) else (parses(new_text) if python else None)
+            if python and problem is None and (unknown := new_undefined_names(current or original, new_text)):
+                problem = f"uses names nothing defines: {', '.join(unknown[:5])}"  # garbage, or an import it cannot add
             mine = ident(text)
             if before and mine == ident_of(before):
                 problem = problem or "the code as read"  # what the task says is wrong (but for docstrings)
