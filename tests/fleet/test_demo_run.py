@@ -57,7 +57,8 @@ async def test_a_second_demo_run_leaves_32_demo_sessions_and_the_users_own(
     assert len(rows) == 34  # 32 demo sessions and the user's two, not 64 + 2
     users = rows[on_sample.session_id]
     assert Path(users.worktree_path).is_dir() and sample.is_dir()  # its repository stays with it
-    assert [p.name for p in Path(users.worktree_path).parent.iterdir()] == ["on-sample"]  # the first run's worktrees in that repository went with their sessions
+    holder = Path(users.worktree_path).parent  # the first run's worktrees there went with their sessions
+    assert [p.name for p in holder.iterdir()] == ["on-sample"]
     branches = git(sample, "branch", "--format=%(refname:short)").split()
     assert [b for b in branches if b.startswith("ws/")] == ["ws/on-sample"]  # and their branches
     await fleet.aclose()

@@ -195,3 +195,37 @@ async def test_with_no_price_set_the_gpu_hour_costs_what_its_model_typically_ren
         finally:
             await meters.aclose()
     assert snap.cost is not None and snap.cost.assumptions.gpu_hourly_usd == 2.0
+
+
+def test_the_strip_and_the_panes_count_over_the_same_window() -> None:
+    """A CPU engine generates in bursts between prefills of several seconds: the last
+    one-second scrape reads 0 while a pane's streamed rate (5 s) still shows 3 t/s. The strip
+    read the scrape's rate and said 0 tok/s; it reads the engine's counter over the streams'
+    window now, and never says less than the streams."""
+    from workstation.telemetry.streams import StreamCounters
+    from workstation.telemetry.vllm_metrics import EngineMetricsSample
+
+    now = [100.0]
+    streams = StreamCounters(clock=lambda: now[0])
+    meters = make_meters(httpx.AsyncClient(), streams=streams)
+
+    def scrape(t: float, total: float, last_interval_rate: float) -> None:
+        meters._on_engine_sampled(EngineMetricsSample(
+            endpoint="local", t_mono=t, t_wall=t, up=True, generation_tokens_total=total,
+            generation_tokens_per_s=last_interval_rate, interval_s=1.0))
+
+    for t, total, last_second in ((95.0, 1000.0, 0.0), (96.0, 1005.0, 5.0), (97.0, 1010.0, 5.0),
+                                  (98.0, 1015.0, 5.0), (99.0, 1015.0, 0.0), (100.0, 1015.0, 0.0)):
+        if t < 98.0:
+            now[0] = t + 0.5
+            streams.on_chunk("s1", 5)  # what the pane's session streamed of those tokens
+        scrape(t, total, last_second)
+    now[0] = 100.0
+    pane = streams.rate("s1")
+    assert pane == pytest.approx(3.0)  # 15 tokens streamed in the last 5 s: the pane says 3 t/s
+    assert meters.tokens_per_s == pytest.approx(3.0)  # the strip too (it said 0: the last second's)
+
+    scrape(101.0, 5.0, 0.0)  # the engine restarted: its counter went down, the window starts again
+    assert meters.tokens_per_s == pytest.approx(streams.tokens_per_s())  # no rate of its own yet
+    scrape(102.0, 45.0, 40.0)
+    assert meters.tokens_per_s == pytest.approx(40.0)

@@ -32,6 +32,7 @@ from workstation.core.series import DEFAULT_HORIZON_S, SeriesBook
 from workstation.telemetry.app_metrics import AppMetricsServer
 from workstation.telemetry.cadence import cancel_and_wait
 from workstation.telemetry.cost_meter import CostMeter
+from workstation.telemetry.counter_rate import CounterRate
 from workstation.telemetry.csv_export import export_series_csv
 from workstation.telemetry.host import HostReader, HostSample
 from workstation.telemetry.nvml import GpuSnapshot, NvmlReader
@@ -157,7 +158,9 @@ class Meters:
         self._tick_task: asyncio.Task[None] | None = None
         self._started = False
         self._engine_rates: dict[str, float | None] = {}
-        """Each endpoint's generation rate from its last /metrics sample (absent: no metrics)."""
+        """Each endpoint's generation rate from its /metrics counter over the streams' window
+        (absent: no metrics)."""
+        self._engine_counts = CounterRate(self.streams.window_s)
         self.rate: float | None = None
         """:attr:`tokens_per_s` as the last tick published it: what every view shows until the
         next (reading the property between two ticks could show another number)."""
@@ -259,9 +262,13 @@ class Meters:
     def _on_engine_sampled(self, s: EngineMetricsSample) -> None:
         self.cost.on_engine_sample(s)
         if s.up and s.has_metrics:
-            self._engine_rates[s.endpoint] = s.generation_tokens_per_s
+            windowed = None
+            if s.generation_tokens_total is not None:
+                windowed = self._engine_counts.add(s.endpoint, s.t_mono, s.generation_tokens_total)
+            self._engine_rates[s.endpoint] = windowed if windowed is not None else s.generation_tokens_per_s
         else:
             self._engine_rates.pop(s.endpoint, None)
+            self._engine_counts.drop(s.endpoint)
         p = f"engine.{s.endpoint}."
         self._record(s.t_mono, {
             p + "generation_tokens_per_s": s.generation_tokens_per_s,
@@ -302,11 +309,17 @@ class Meters:
         """The one generated-tokens rate the app shows (the strip, the status bar, the recording's
         caption): the engines' own count from /metrics where they have one — it also counts
         what no pane shows, such as the guided protocol's extra drafts — else what the sessions'
-        streams counted. None while an engine with metrics has not reported a rate yet."""
+        streams counted. Both over the same trailing window (the stream counters' 5 s), and
+        never less than the streams: the strip had read 0 tok/s from a one-second scrape
+        between two bursts of a CPU engine while a pane still showed 3 t/s. None while an
+        engine with metrics has not reported a rate yet and nothing streams."""
+        streamed = self.streams.tokens_per_s()
         if self._engine_rates:
             rates = [r for r in self._engine_rates.values() if r is not None]
-            return sum(rates) if rates else None
-        return self.streams.tokens_per_s()
+            if not rates:
+                return streamed or None
+            return max(sum(rates), streamed)
+        return streamed
 
     async def _tick_loop(self) -> None:
         while True:

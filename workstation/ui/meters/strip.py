@@ -86,7 +86,8 @@ class MeterStrip(QFrame):
             return lab
 
         self.gpu = label("GPU utilisation, memory, power and temperature (NVML)")
-        self.rate = label("Generated tokens per second: engine /metrics, or the streams")
+        self.rate = label("Generated tokens per second over the last 5 s: the engine's /metrics, "
+                          "never less than the sessions' streams")
         self.spark = Sparkline()
         self.requests = label("Requests the engine runs and queues")
         self.kv = label("KV cache in use")
