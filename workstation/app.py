@@ -348,14 +348,14 @@ class Application:
 
     async def _run_demo(self) -> None:
         """Create and start the manifest's sessions; record them for the duration asked."""
-        from workstation.fleet.demo_run import prepare_demo, start_demo
+        from workstation.fleet.demo_run import start_demo
 
         demo = self.demo
         assert demo is not None and self.fleet is not None
-        plan = await asyncio.to_thread(prepare_demo, self.settings.data_dir, sessions=demo.sessions,
-                                       manifest=demo.manifest)
+        started = await start_demo(self.fleet, self.settings.data_dir, sessions=demo.sessions,
+                                   manifest=demo.manifest, headless=demo.headless)
+        plan = started.plan
         log.info("demo '%s': %d sessions in %s", plan.manifest.name, len(plan.sessions), plan.workdir)
-        started = await start_demo(self.fleet, plan, self.settings.data_dir, headless=demo.headless)
         if started.replaced and self.window is not None:
             self.window.show_status(f"The demo's {len(started.session_ids)} sessions replace the "
                                     f"{started.replaced} an earlier demo run made", 20000)

@@ -97,27 +97,28 @@ async def _fleet_demo(args: argparse.Namespace) -> int:
 
     import orjson
 
-    from workstation.fleet.demo_run import prepare_demo, start_demo
+    from workstation.fleet.demo_manifest import load_manifest, plan_sessions
+    from workstation.fleet.demo_run import start_demo
 
     settings = load_settings()
     loop = asyncio.get_running_loop()
     main_task = asyncio.current_task()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, main_task.cancel)
-    plan = await asyncio.to_thread(
-        prepare_demo, settings.data_dir, sessions=args.sessions, manifest=args.manifest
-    )
-    _say(f"demo '{plan.manifest.name}': {len(plan.sessions)} sessions on "
-         f"{len(plan.repos)} sample repositories in {plan.workdir}")
+    plan_sessions(load_manifest(args.manifest), args.sessions)  # a bad manifest fails before the engine starts
     t0 = time.monotonic()
     async with Services(settings) as services:  # closes the fleet, then the engine, then the client
         engine = await services.engine(url=args.endpoint, api_key=args.api_key, model=args.model)
         await engine.start(progress=_say)
         fleet = services.fleet(resume_on_start=False)
         await fleet.start()
-        started = await start_demo(fleet, plan, settings.data_dir, headless=True)
+        started = await start_demo(fleet, settings.data_dir, sessions=args.sessions, manifest=args.manifest,
+                                   headless=True)
+        plan = started.plan
         if started.replaced:
             _say(f"removed the {started.replaced} session(s) an earlier demo run made")
+        _say(f"demo '{plan.manifest.name}': {len(plan.sessions)} sessions on "
+             f"{len(plan.repos)} sample repositories in {plan.workdir}")
         scope = list(started.session_ids)
         table = LiveTable(sys.stdout, scope)
         drawer = asyncio.create_task(table.run(fleet, 1.0 if sys.stdout.isatty() else 10.0, t0),

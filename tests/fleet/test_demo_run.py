@@ -7,11 +7,13 @@ import asyncio
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.fleet.conftest import git
 from tests.fleet.fakes import Script, factory
 from workstation.core.endpoints import Endpoint
-from workstation.fleet.demo_run import MADE_FILE, prepare_demo, start_demo
+from workstation.fleet.demo_manifest import DemoManifestError
+from workstation.fleet.demo_run import MADE_FILE, earlier_demo_sessions, prepare_demo, start_demo
 from workstation.fleet.service import Fleet
 from workstation.fleet.session import SessionSpec
 
@@ -31,8 +33,7 @@ async def demo_run(data: Path, http: httpx.AsyncClient, *, sessions: int | None 
     await fleet.start()
     for spec in before:
         await fleet.create_session(spec)
-    plan = await asyncio.to_thread(prepare_demo, data, sessions=sessions)
-    started = await start_demo(fleet, plan, data, headless=True)
+    started = await start_demo(fleet, data, sessions=sessions, headless=True)
     await asyncio.wait_for(fleet.wait_settled(), 120)
     return fleet, started.session_ids, started.replaced
 
@@ -79,8 +80,8 @@ async def test_earlier_demo_folders_go_when_no_session_uses_them_and_old_folders
     prompt = old.sessions[0].task.prompt
     same_task = await fleet.create_session(SessionSpec(task=prompt, repo=str(git_repo), name="same-task"))
     assert not (old.workdir / MADE_FILE).exists()
-    plan = await asyncio.to_thread(prepare_demo, data, sessions=4)
-    started = await start_demo(fleet, plan, data, headless=True)
+    started = await start_demo(fleet, data, sessions=4, headless=True)
+    plan = started.plan
     await asyncio.wait_for(fleet.wait_settled(), 60)
     ids = {s.session_id for s in fleet.sessions()}
     assert started.replaced == 4 and not set(legacy) & ids
@@ -97,13 +98,29 @@ async def test_earlier_demo_folders_go_when_no_session_uses_them_and_old_folders
     assert (plan.workdir / MADE_FILE).read_text().split() == list(started.session_ids)
     await fleet.aclose()
 
-    # A third run in the same second gets a folder of its own and replaces the second's set.
+    # A third run replaces the second's set, a bad count before removing anything.
     fleet = make_fleet(data, mock_http)
     await fleet.start()
-    again = await asyncio.to_thread(prepare_demo, data, sessions=4, workdir=None)
-    assert again.workdir != plan.workdir
-    third = await start_demo(fleet, again, data, headless=True)
+    with pytest.raises(DemoManifestError, match="between 1 and"):
+        await start_demo(fleet, data, sessions=0, headless=True)
+    assert len(fleet.sessions()) == 5
+    third = await start_demo(fleet, data, sessions=4, headless=True)
+    assert third.plan.workdir != plan.workdir
     await asyncio.wait_for(fleet.wait_settled(), 60)
     assert third.replaced == 4 and not plan.workdir.exists()
     assert {s.session_id for s in fleet.sessions()} == {*third.session_ids, same_task.session_id}
     await fleet.aclose()
+
+
+def test_two_runs_in_one_second_get_folders_of_their_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import workstation.fleet.demo_run as demo_run
+
+    monkeypatch.setattr(demo_run.time, "strftime", lambda _fmt: "20261201-101010")
+    first = prepare_demo(tmp_path, sessions=1)
+    second = prepare_demo(tmp_path, sessions=1)
+    assert (first.workdir.name, second.workdir.name) == ("20261201-101010", "20261201-101010-2")
+    (first.workdir / MADE_FILE).write_text("a\n")
+    (tmp_path / "demo" / "mine").mkdir()  # a folder the demo did not make is never a run's
+    (tmp_path / "demo" / "mine" / "notes.txt").write_text("keep")
+    assert demo_run._run_folders(tmp_path) == [first.workdir.resolve(), second.workdir.resolve()]
+    assert earlier_demo_sessions([], tmp_path, first.manifest) == []

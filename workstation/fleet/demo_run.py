@@ -2,7 +2,8 @@
 
 ``prepare_demo`` reads the manifest, plans N sessions and creates the sample repositories
 in a fresh folder under ``<data_dir>/demo/``; ``demo_specs`` gives one ``SessionSpec`` per
-planned session, ready for ``Fleet.create_session``; ``start_demo`` makes and starts them.
+planned session, ready for ``Fleet.create_session``; ``start_demo`` does all of it on a
+fleet and starts the sessions.
 
 Running the demo again replaces the set an earlier run made instead of adding to it (three
 runs of the quick start had left 96 sessions in the window, "fix-…-3" on page 3/3): a demo
@@ -52,9 +53,10 @@ class DemoPlan:
 
 @dataclass(frozen=True, slots=True)
 class DemoStart:
-    """What ``start_demo`` did: the sessions it made (in plan order) and how many of an
-    earlier run's it removed first."""
+    """What ``start_demo`` did: its plan, the sessions it made (in plan order) and how many
+    an earlier run had made that it removed first."""
 
+    plan: DemoPlan
     session_ids: tuple[str, ...]
     replaced: int
 
@@ -89,14 +91,19 @@ def demo_specs(plan: DemoPlan, *, headless: bool) -> list[SessionSpec]:
     ]
 
 
-async def start_demo(fleet: Fleet, plan: DemoPlan, data_dir: Path, *, headless: bool) -> DemoStart:
-    """Remove the sessions earlier demo runs made (and their folders no session uses any
-    more), then create and start the plan's sessions, each written down in the plan's
-    folder as soon as it exists."""
-    earlier = earlier_demo_sessions(fleet.book.records(), data_dir, plan.manifest, keep=plan.workdir)
+async def start_demo(fleet: Fleet, data_dir: Path, *, sessions: int | None = None,
+                     manifest: str | Path | None = None, headless: bool) -> DemoStart:
+    """Remove the sessions earlier demo runs made — first, so that those the fleet resumed
+    at its start stop at once — then prepare the plan, delete the earlier folders no session
+    uses any more, and create and start the plan's sessions, each written down in the plan's
+    folder as soon as it exists. A bad manifest or count fails before anything is removed."""
+    loaded = await asyncio.to_thread(load_manifest, manifest)
+    plan_sessions(loaded, sessions)
+    earlier = earlier_demo_sessions(fleet.book.records(), data_dir, loaded)
     if earlier:
         log.info("demo: removing the %d session(s) an earlier demo run made", len(earlier))
         await fleet.remove_many(earlier)
+    plan = await asyncio.to_thread(prepare_demo, data_dir, sessions=sessions, manifest=manifest)
     await asyncio.to_thread(remove_unused_demo_folders, data_dir, fleet.book.records(), keep=plan.workdir)
     made: list[str] = []
     for spec in demo_specs(plan, headless=headless):
@@ -105,7 +112,7 @@ async def start_demo(fleet: Fleet, plan: DemoPlan, data_dir: Path, *, headless: 
         await asyncio.to_thread(_write_made, plan.workdir, summary.session_id)
     for session_id in made:
         await fleet.start_session(session_id)
-    return DemoStart(session_ids=tuple(made), replaced=len(earlier))
+    return DemoStart(plan=plan, session_ids=tuple(made), replaced=len(earlier))
 
 
 def earlier_demo_sessions(records: Iterable[SessionRecord], data_dir: Path, manifest: DemoManifest, *,
