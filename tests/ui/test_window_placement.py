@@ -75,3 +75,15 @@ def test_a_geometry_saved_before_the_fill_is_not_the_users(qtbot, settings) -> N
     window = open_window(qtbot, settings)
     assert window.isMaximized()
     close(window)
+
+
+def test_a_window_left_filling_the_screen_fills_it_again(qtbot, settings) -> None:  # type: ignore[no-untyped-def]
+    """Left maximized over the fill: the next open fills the screen again, rather than what
+    restoring the geometry makes of it without a window manager (Qt moves a window at the
+    screen's top down by a guessed title bar: 1918×1054 at +1+25 on a bare X server)."""
+    window = open_window(qtbot, settings)
+    window.save_layout()
+    close(window)
+    again = open_window(qtbot, settings)
+    assert again.isMaximized() and again.normalGeometry() == again.screen().availableGeometry()
+    close(again)

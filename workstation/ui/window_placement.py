@@ -63,7 +63,18 @@ class WindowPlacement:
 
     def save(self) -> None:
         if not self.imposed:
-            self._store.setValue(GEOMETRY_KEY, self._window.saveGeometry())
+            if self._fills_screen():  # the next open fills it again (restoring it would not)
+                self._store.remove(GEOMETRY_KEY)
+            else:
+                self._store.setValue(GEOMETRY_KEY, self._window.saveGeometry())
             self._store.setValue(PLACEMENT_KEY, PLACEMENT)
         self._store.setValue(STATE_KEY, self._window.saveState())
         self._store.sync()
+
+    def _fills_screen(self) -> bool:
+        """Maximized over the first open's fill: Qt's restoreGeometry would move a window at the
+        top of the screen down by a guessed title bar (1918×1054 at +1+25 on a bare X server)."""
+        window = self._window
+        screen = window.screen()
+        return (window.isMaximized() and screen is not None
+                and window.normalGeometry() == screen.availableGeometry())
