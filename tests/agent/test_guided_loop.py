@@ -132,6 +132,32 @@ async def test_a_draft_that_uses_names_nothing_defines_is_not_tried(make_agent, 
     assert suite_passes(bug_repo)
 
 
+async def test_a_function_the_task_adds_is_written_alone_and_appended(make_agent, tmp_path: Path) -> None:
+    """Asked for the whole file with one function more, SmolLM2 renamed add and mul and
+    invented four more; asked for the new function alone, under the task's signature, it
+    writes that, and the file keeps the rest."""
+    from workstation.fleet.sample_repos import scratch_repository
+
+    calc = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
+    repo = scratch_repository(tmp_path / "calc", {
+        "calc.py": calc, "pyproject.toml": "[project]\nname = 'calc'\n",
+        "test_calc.py": "from calc import sub\n\n\ndef test_sub():\n    assert sub(5, 3) == 2\n"})
+    good = "```python\ndef sub(a, b):\n    return a - b\n```"
+    respond = answering(good, sampled=("```python\ndef sub(a, b):\n    return a + b\n```",))
+    async with ScriptedServer(responder=respond) as srv:
+        agent, rec = make_agent(srv, root=repo, task="Add a function sub(a, b) to calc.py that returns a - b.",
+                                model_parameters=SMOLLM2_PARAMETERS, user_present=False)
+        outcome = await agent.run()
+    assert outcome.status is RunStatus.COMPLETED, outcome
+    tools = [e.tool for e in rec.of(ev.ToolCallStarted)]
+    assert tools == ["read_file", "write_to_file", "execute_command", "attempt_completion"]
+    regex, _ = respond.seen[0]
+    assert regex.startswith("```python\\ndef sub\\(a, b\\):\\n")  # held to the task's signature
+    assert "Write the new function `sub(a, b)` to add to calc.py" in srv.requests[0]["messages"][-1]["content"]
+    assert (repo / "calc.py").read_text() == calc + "\n\ndef sub(a, b):\n    return a - b\n"
+    assert suite_passes(repo)
+
+
 async def test_failed_tests_try_the_next_queued_draft_without_asking_again(make_agent, bug_repo: Path) -> None:
     wrong = GOOD.replace("item.price * item.quantity", "item.price * item.quantity * 2")
     respond = answering(wrong, sampled=(GOOD,))

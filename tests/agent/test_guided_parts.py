@@ -195,6 +195,19 @@ def test_a_test_command_that_may_not_run_is_not_asked_again(tmp_path: Path, refu
     assert choose(read_state(other, ws.test_command), ws, {}).tools == ("execute_command",)
 
 
+def test_a_function_the_task_adds_is_offered_as_a_new_function(tmp_path: Path) -> None:
+    ws = _ws(tmp_path, "Add a new function double(x) to pkg/core.py that returns x * 2.")
+    assert ws.new_functions == ("double(x)",)
+    targets = {"pkg/core.py": actions.edit_targets([s.name for s in python_symbols(SOURCE)])}
+    assert actions.narrow_targets(targets, ws) == {"pkg/core.py": ["(new function double(x))"]}
+    # once the file has it, it is a function like the others (named by the task: offered alone)
+    had = {"pkg/core.py": actions.edit_targets(["helper", "double"])}
+    assert actions.narrow_targets(had, ws) == {"pkg/core.py": ["double"]}
+    # a method, or a function the task only names, is no new function
+    assert _ws(tmp_path, "Add a method undo(self) to Stack in pkg/core.py.").new_functions == ()
+    assert _ws(tmp_path, "The function helper(x) in pkg/core.py is wrong.").new_functions == ()
+
+
 def test_choice_regex_accepts_exactly_the_allowed_calls() -> None:
     choice = Choice((
         Option("read_file", (Arg("path", ("a.py", 'we"ird/b.py')),)),

@@ -17,7 +17,7 @@ import json
 from dataclasses import dataclass
 
 from workstation.agent.guided.state import GuidedState
-from workstation.agent.guided.symbols import WHOLE_FILE
+from workstation.agent.guided.symbols import WHOLE_FILE, new_function_target
 from workstation.agent.guided.workspace import Workspace
 
 NEW_NAME_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,40}\.(py|md|txt|toml|json|cfg|ini|yaml|yml|js|ts|rs|go|sh)"
@@ -91,9 +91,22 @@ def is_test_file(path: str) -> bool:
         or "/tests/" in f"/{path}" or "/test/" in f"/{path}"
 
 
+def functions_to_add(targets: dict[str, list[str]], ws: Workspace) -> list[str]:
+    """The signatures of the functions the task asks to add that no Python file read has yet."""
+    defined = {t.rsplit(".", 1)[-1] for names in targets.values() for t in names}
+    return [f for f in ws.new_functions if f.split("(", 1)[0] not in defined]
+
+
 def narrow_targets(targets: dict[str, list[str]], ws: Workspace) -> dict[str, list[str]]:
-    """The edit targets worth offering: the functions the task names, where it names any;
-    else every target, leaving out test files while other files were read."""
+    """The edit targets worth offering: a new function where the task adds one no file has
+    (in the Python files it names, else in the code files read); else the functions the task
+    names, where it names any; else every target, leaving out test files while other files
+    were read."""
+    if adding := functions_to_add(targets, ws):
+        hosts = [p for p in (ws.mentioned or targets)
+                 if p.endswith(".py") and p in targets and not is_test_file(p)]
+        if hosts:
+            return {p: [new_function_target(adding[0])] for p in hosts}
     named = {path: [t for t in names if t.rsplit(".", 1)[-1] in ws.words or t in ws.words]
              for path, names in targets.items()}
     for path, names in named.items():  # a named method, not its whole class

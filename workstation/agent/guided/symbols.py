@@ -16,6 +16,26 @@ from pyflakes import messages as pyflakes_messages
 
 WHOLE_FILE = "(whole file)"
 """The edit target that rewrites a whole file (any text file, or Python that does not parse)."""
+NEW_FUNCTION_PREFIX = "(new function "
+"""The edit target that appends a function the task asks for, ``(new function sub(a, b))``:
+the model writes only its body under the signature the task gave (a small model asked for
+the whole file with one function more renames, drops and invents the others)."""
+
+
+def new_function_target(signature: str) -> str:
+    return f"{NEW_FUNCTION_PREFIX}{signature})"
+
+
+def new_function_signature(target: str) -> str | None:
+    """``sub(a, b)`` of ``(new function sub(a, b))``; None for any other target."""
+    if target.startswith(NEW_FUNCTION_PREFIX) and target.endswith(")"):
+        return target[len(NEW_FUNCTION_PREFIX):-1]
+    return None
+
+
+def append_function(text: str, code: str) -> str:
+    """``text`` with the function ``code`` after its last line, two blank lines between."""
+    return (text.rstrip("\n") + "\n\n\n" if text.strip() else "") + code.rstrip("\n") + "\n"
 
 
 @dataclass(frozen=True, slots=True)

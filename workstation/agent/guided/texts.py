@@ -33,8 +33,11 @@ def step_hint(hint: str) -> str:
 def code_request(*, path: str, target: str, task: str, before: str, language: str,
                  failure: str, new_file: bool) -> str:
     """Ask for the new code of one target (the reply is held to a ``` block)."""
-    what = f"the content of the new file {path}" if new_file else (
-        f"the whole new {path}" if target.startswith("(") else f"the new code of `{target}` in {path}")
+    if target.startswith("(new function "):
+        what = f"the new function `{target[len('(new function '):-1]}` to add to {path}"
+    else:
+        what = f"the content of the new file {path}" if new_file else (
+            f"the whole new {path}" if target.startswith("(") else f"the new code of `{target}` in {path}")
     parts = [f"Write {what}.", f"The task: {task.strip()}"]
     if before:
         parts.append(f"It is now:\n```{language}\n{before.rstrip()}\n```")

@@ -29,8 +29,8 @@ from workstation.agent.guided.drafts import (
 )
 from workstation.agent.guided.state import GuidedState, failure_summary, read_state, request_view
 from workstation.agent.guided.symbols import (
-    WHOLE_FILE, Symbol, find_symbol, header_line, indent_code, new_undefined_names, parses, program_key, python_symbols,
-    replace_symbol, symbol_lines, symbol_source,
+    WHOLE_FILE, Symbol, append_function, find_symbol, header_line, indent_code, new_function_signature,
+    new_undefined_names, parses, program_key, python_symbols, replace_symbol, symbol_lines, symbol_source,
 )
 from workstation.agent.guided.workspace import Workspace, look, mentioned_paths
 from workstation.agent.history import Message, estimate_tokens
@@ -239,10 +239,13 @@ class GuidedTurn:
         language = language_of(path)
         sym_now: Symbol | None = None
         sym_then: Symbol | None = None
-        if target != WHOLE_FILE and current is not None:
+        signature = new_function_signature(target) if current is not None and path.endswith(".py") else None
+        if target != WHOLE_FILE and current is not None and signature is None:
             sym_now = find_symbol(current, target)
             sym_then = find_symbol(original, target) or sym_now
-        if sym_then is not None:
+        if signature is not None:
+            before, header, kind = "", f"def {signature}:", "function"  # written under the task's signature
+        elif sym_then is not None:
             base_text = original if find_symbol(original, target) else (current or "")
             before = symbol_source(base_text, sym_then)
             header: str | None = header_line(base_text, sym_then)
@@ -269,7 +272,7 @@ class GuidedTurn:
 
         def draft(text: str, *, queued: bool = False) -> Draft:
             code = extract_code(text)
-            new_text = self._apply(current, original, sym_now, sym_then, code, new_file)
+            new_text = self._apply(current, original, sym_now, sym_then, code, new_file, signature is not None)
             problem = "changes nothing" if same_code(new_text, current) else (parses(new_text) if python else None)
             if python and problem is None and (unknown := new_undefined_names(current or original, new_text)):
                 problem = f"uses names nothing defines: {', '.join(unknown[:5])}"  # garbage, or an import it cannot add
@@ -343,7 +346,9 @@ class GuidedTurn:
 
     @staticmethod
     def _apply(current: str | None, original: str, sym_now: Symbol | None, sym_then: Symbol | None,
-               code: str, new_file: bool) -> str:
+               code: str, new_file: bool, appended: bool = False) -> str:
+        if appended and current is not None:
+            return append_function(current, code)
         if new_file or sym_then is None:
             return code
         if sym_now is not None and current is not None:

@@ -24,6 +24,8 @@ _BINARY_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".ico", ".pdf", ".zip", ".g
 _PATH_IN_TEXT = re.compile(r"(?<![\w/.-])((?:[\w.-]+/)*[\w-][\w.-]*\.[A-Za-z0-9]{1,8})(?![\w/])")
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@ -]+$")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NEW_FUNCTION = re.compile(r"\b(?:add|adds|adding|plus|write|create|new)\b[^.\n]{0,40}?\bfunction\s+`?"
+                           r"([A-Za-z_][A-Za-z0-9_]*\s*\([^()\n]{0,80}\))", re.I)
 _NEW_FILE_WORDS = re.compile(r"\b(create|new file|add a (?:new )?(?:test )?file|write a (?:new )?file)\b", re.I)
 
 
@@ -43,6 +45,9 @@ class Workspace:
     """Files of ``files`` the task names."""
     words: frozenset[str] = frozenset()
     """The identifiers the task uses (``total_value``, ``Inventory``): the functions it names."""
+    new_functions: tuple[str, ...] = ()
+    """Module-level functions the task asks to add, as it writes them ("plus a function
+    sub(a, b)": ``sub(a, b)``), in order; whether a file has them already is the caller's to see."""
 
 
 _FILE_SUFFIXES = {".py", ".pyi", ".md", ".rst", ".txt", ".toml", ".json", ".cfg", ".ini", ".yaml", ".yml",
@@ -131,7 +136,8 @@ def look(root: Path, task: str) -> Workspace:
     )
     return Workspace(files=files, folders=tuple(folders), test_command=detect_test_command(root, task),
                      new_paths=new_paths, wants_new_file=bool(_NEW_FILE_WORDS.search(task)),
-                     mentioned=tuple(first), words=frozenset(_WORD.findall(task)))
+                     mentioned=tuple(first), words=frozenset(_WORD.findall(task)),
+                     new_functions=tuple(dict.fromkeys(re.sub(r"\s+\(", "(", f) for f in _NEW_FUNCTION.findall(task))))
 
 
 def is_test_command(command: str, test_command: str | None) -> bool:
