@@ -90,6 +90,7 @@ async def shoot(application, run, args: argparse.Namespace, out: Path) -> dict: 
 
     await wait_for(lambda: application.window is not None and application.engine is not None, 120, "the window", run)
     window = application.window
+    window.showNormal()  # it opens maximized over its screen (offscreen: 800×800); the shots are 1080p
     window.resize(1920, 1080)
     await wait_for(lambda: application.engine.view().state in ("ready", "external"), 600, "the engine serving", run)
     await application.ready.wait()
