@@ -83,8 +83,18 @@ async def test_a_fleet_capture_records_each_model_request_once_with_its_n(
         ids = {s.session_id for s in fleet.sessions()}
         await fleet.aclose()
 
-    records = recorder.records
+    # the priming request (no session) is kept apart from the sessions' records
+    assert all(r.session_id is None for r in recorder.priming) and len(recorder.priming) <= 1
+    sessions_records = recorder.records
+    records = sessions_records + recorder.priming
     assert protocols and set(protocols) == {ToolProtocol.GUIDED}, protocols
+    # every request of the guided protocol is held to a regex: the record says so, and how long
+    assert sessions_records and all(r.constraint == "regex" and r.constraint_chars > 0 for r in sessions_records)
+    assert all(r.constraint is None for r in recorder.priming)
+    # and what it repeats: of its session's previous request, and the longest of any earlier one
+    assert all((r.shared_prefix_tokens is not None) == (r.request_index != 0) for r in sessions_records)
+    assert all(r.reuse_of is not None and 0 < r.reuse_tokens <= r.prompt_tokens for r in sessions_records
+               if r.request_index), [(r.reuse_of, r.reuse_tokens) for r in sessions_records]
     # one record per chat request the fleet sent (the priming one included), each with its n
     assert len(records) == len(sent) > 0
     assert sorted(r.choices for r in records) == sorted(sent)
@@ -107,7 +117,8 @@ async def test_a_fleet_capture_records_each_model_request_once_with_its_n(
     else:
         assert requests == len(records) and sequences == sum(r.choices for r in records)
     shape = recorder.shape()
-    assert shape.requests == len(records) and shape.multi_choice_requests == len(multi)
+    assert shape.requests == len(sessions_records) and shape.sessions == len({r.session_id for r in sessions_records})
+    assert shape.multi_choice_requests == len(multi) and shape.guided_fraction == 1.0
 
 
 async def test_a_replay_sends_drafts_as_n_sequences_and_counts_each_token_once(tiny_engine: Endpoint) -> None:

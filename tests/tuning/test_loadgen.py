@@ -285,3 +285,56 @@ async def test_replay_constrains_the_requests_that_were_constrained_and_only_tho
                              max_requests=2)
         await LoadGenerator(http, endpoint_of(engine), synthetic).run()
         assert engine.constraints_asked == [None, None]
+
+
+async def test_a_replay_primes_the_common_prefix_before_its_streams_start():
+    """As the app's fleet primes the prefix cache with its shared system prompt, the replay
+    computes the shape's common prefix once before the streams (not counted in the run)."""
+    shape = shape_from_records("g", [rec("a", 0, 64, 4), rec("b", 0, 80, 4)], common_prefix_tokens=32)
+    vllm = FakeVllm()
+    engine = vllm.add(token_delay_s=0.001)
+    async with vllm.client() as http:
+        w = workload_from_shape(shape, concurrency=2, duration_s=30.0, warmup_s=0.0, max_requests=2)
+        gen = LoadGenerator(http, endpoint_of(engine), w, shape=shape)
+        result = await gen.run()
+    assert engine.max_tokens_asked[0] == 1 and len(engine.prompts[0]) == 32
+    assert all(p[:32] == engine.prompts[0] for p in engine.prompts[1:]) and len(engine.prompts) == 3
+    assert result.completed == 2 and len(gen.timings) == 2 and result.output_tokens == 8
+
+
+def test_replay_repeats_what_another_session_replayed_where_the_captured_request_did():
+    from workstation.tuning.workload import replay_streams
+
+    def r(sid, start, prompt, index, **kw):
+        return RequestRecord("e", "m", sid, start, 0.1, 1.0, prompt, 10, 0, 0.1, True, request_index=index, **kw)
+
+    shape = shape_from_records("x", [r("a", 0, 100, 0, reuse_tokens=0), r("b", 1, 100, 0, reuse_tokens=90,
+                                                                            reuse_of=("a", 0))],
+                               common_prefix_tokens=20)
+    a, b = replay_streams(shape, TokenSource(range(100, 200), seed=5), 2)
+    first = a.next()
+    a.completed([7] * 10)
+    second = b.next()
+    assert second.prompt[:90] == first.prompt[:90] and second.prompt[90:] != first.prompt[90:]
+    # not played yet (or forgotten): the common prefix only
+    c, d = replay_streams(shape, TokenSource(range(100, 200), seed=5), 2)
+    alone = d.next()
+    assert alone.prompt[:20] == d.common_prefix and alone.prompt[20:90] != c.next().prompt[20:90]
+
+
+def test_streams_take_the_next_session_in_turn_so_every_session_is_replayed_as_often():
+    from workstation.tuning.workload import replay_streams
+
+    records = [rec("long", i, 50, 2) for i in range(6)] + [rec(f"short{k}", k, 50, 2) for k in range(3)]
+    shape = shape_from_records("mix", records)
+    streams = replay_streams(shape, TokenSource(range(100, 200), seed=1), 4)
+    played: dict[int, int] = {}
+    for _ in range(60):
+        for s in streams:
+            s.next()
+            s.completed([1, 2])
+            played[s.session_index] = played.get(s.session_index, 0) + 1
+    sessions = [len(reqs) for _, reqs in shape.trace]
+    # requests replayed per session follow the sessions' lengths (6 to 1), not one stream per session
+    per_request = [played[i] / sessions[i] for i in range(len(sessions))]
+    assert max(per_request) / min(per_request) < 1.5, (played, sessions)

@@ -193,3 +193,37 @@ def test_common_prefix_bytes():
     assert common_prefix_bytes(b"abc", b"abcdef") == 3
     assert common_prefix_bytes(b"", b"abc") == 0
     assert common_prefix_bytes(b"x" * 10_000 + b"a", b"x" * 10_000 + b"b") == 10_000
+
+
+def test_the_ledger_finds_the_earlier_request_of_any_session_with_the_longest_common_prefix():
+    from workstation.core.requests import LEDGER_BLOCK_BYTES, PromptLedger
+
+    ledger = PromptLedger()
+    system, task = b"s" * 640, b"t" * 640
+    assert ledger.match_and_add(system + b"a" * 640, ("p", 0)) == (0, None)
+    assert ledger.match_and_add(system + task + b"1" * 640, ("a", 0)) == (640, ("p", 0))
+    # a second session on the same task repeats the first session's system prompt and task
+    assert ledger.match_and_add(system + task + b"2" * 640, ("b", 0)) == (1280, ("a", 0))
+    # the grain is a block: a difference inside one loses that block
+    matched, _ = ledger.match_and_add(system + b"x" + task, ("c", 0))
+    assert matched == 640 - 640 % LEDGER_BLOCK_BYTES
+    small = PromptLedger(max_blocks=20)
+    small.match_and_add(b"q" * 64 * 30, ("a", 0))
+    assert len(small._owner) == 20
+
+
+def test_a_request_that_repeats_another_sessions_more_than_its_own_points_at_it_in_the_trace():
+    def r(sid, start, prompt, index, *, shared=None, reuse=None, of=None):
+        return RequestRecord("e", "m", sid, start, 0.1, 1.0, prompt, 10, 0, 0.1, True, request_index=index,
+                             shared_prefix_tokens=shared, reuse_tokens=reuse, reuse_of=of)
+
+    records = [r("a", 0, 500, 0, reuse=0), r("b", 1, 500, 0, reuse=450, of=("a", 0)),  # same task
+               r("a", 2, 600, 1, shared=500, reuse=500, of=("a", 0)),  # its own previous: no pointer
+               r("b", 3, 600, 1, shared=480, reuse=560, of=("a", 1))]  # more of a's than of its own
+    shape = shape_from_records("x", records, common_prefix_tokens=300)
+    by_session = dict(shape.trace)
+    assert [(q.reuse_of, q.reuse_tokens) for q in by_session["a"]] == [(None, 0), (None, 0)]
+    assert [(q.reuse_of, q.reuse_tokens) for q in by_session["b"]] == [((0, 0), 450), ((0, 1), 560)]
+    assert shape.shared_prefix_share == pytest.approx((450 + 500 + 560) / 2200)
+    assert shape.prefix_reuse.count == 4
+    assert TrafficShape.from_dict(shape.to_dict()) == shape

@@ -43,6 +43,13 @@ class RequestRecord:
     shared_prefix_tokens: int | None = None
     """Prompt tokens that repeat the previous request of the same client (its session), as the
     client estimated them from the two requests' messages; None when not measured."""
+    request_index: int | None = None
+    """Its place among its client's requests (0, 1, …), what :attr:`reuse_of` points with."""
+    reuse_tokens: int | None = None
+    reuse_of: tuple[str, int] | None = None
+    """The earlier request of the whole fleet (any session: ``(session id, request_index)``)
+    whose prompt this one repeats the longest prefix of, and how many prompt tokens, at a
+    prefix cache's block grain (:class:`PromptLedger`); None when no ledger was kept."""
 
 
 def constraint_of(body: Mapping[str, Any]) -> tuple[str | None, int]:
@@ -86,3 +93,41 @@ def common_prefix_bytes(a: bytes, b: bytes) -> int:
         else:
             hi = mid
     return lo
+
+
+LEDGER_BLOCK_BYTES = 64
+"""The ledger's unit: ~16 tokens of JSON, as a prefix cache keeps its blocks."""
+LEDGER_MAX_BLOCKS = 200_000
+"""Blocks kept (~13 MB of prompts' worth, as hashes): a fleet's recent requests."""
+
+
+class PromptLedger:
+    """Which earlier request (of any session of a fleet) a new prompt repeats the longest
+    prefix of, at the grain of a prefix cache's blocks: the prompts' bytes in blocks of
+    :data:`LEDGER_BLOCK_BYTES`, each block's hash chained to the one before, mapped to the
+    latest request that had it. O(prompt) per request; bounded (oldest blocks go first)."""
+
+    def __init__(self, max_blocks: int = LEDGER_MAX_BLOCKS) -> None:
+        self.max_blocks = max_blocks
+        self._owner: dict[int, tuple[str, int]] = {}
+
+    def match_and_add(self, prompt: bytes, key: tuple[str, int]) -> tuple[int, tuple[str, int] | None]:
+        """(bytes of ``prompt`` that an earlier request repeated, that request's key — the
+        latest one with the longest match; None when none), then ``prompt`` is recorded as ``key``'s."""
+        chain = 0
+        matched, owner = 0, None
+        hashes: list[int] = []
+        view = memoryview(prompt)
+        for at in range(0, len(prompt) - LEDGER_BLOCK_BYTES + 1, LEDGER_BLOCK_BYTES):
+            chain = hash((chain, bytes(view[at:at + LEDGER_BLOCK_BYTES])))
+            hashes.append(chain)
+            if matched == at:  # every block before matched
+                seen = self._owner.get(chain)
+                if seen is not None:
+                    matched, owner = at + LEDGER_BLOCK_BYTES, seen
+        for h in hashes:
+            self._owner.pop(h, None)  # re-inserted last: the newest request owns it, evicted last
+            self._owner[h] = key
+        while len(self._owner) > self.max_blocks:
+            del self._owner[next(iter(self._owner))]
+        return matched, owner

@@ -119,6 +119,11 @@ class TraceRequest:
     constraint: str | None = None
     """Its structured-outputs kind (``regex`` …), None when it carried none."""
     constraint_chars: int = 0
+    reuse_of: tuple[int, int] | None = None
+    """An earlier request of the trace (session position, request position) that it repeats
+    more of than its own previous (a session on the same task, the same first view …)."""
+    reuse_tokens: int = 0
+    """How many prompt tokens it repeats of ``reuse_of``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,7 +217,8 @@ class TrafficShape:
             "common_prefix_tokens": self.common_prefix_tokens,
             "trace": [
                 {"session": sid, "requests": [[r.offset_s, r.prompt_tokens, r.completion_tokens, r.duration_s,
-                                               r.choices, r.shared_tokens, r.constraint, r.constraint_chars]
+                                               r.choices, r.shared_tokens, r.constraint, r.constraint_chars,
+                                               None if r.reuse_of is None else [*r.reuse_of, r.reuse_tokens]]
                                               for r in reqs]}
                 for sid, reqs in self.trace
             ],
@@ -256,14 +262,18 @@ class TrafficShape:
 
 def _trace_request(row: Sequence[Any]) -> TraceRequest:
     """``[offset, prompt, completion, duration]`` (version 1) with ``choices`` after (version 2)
-    and ``shared, constraint, constraint_chars`` after that (version 3)."""
+    and ``shared, constraint, constraint_chars, [reuse session, request, tokens]`` after that
+    (version 3)."""
     shared = row[5] if len(row) > 5 else None
     constraint = row[6] if len(row) > 6 else None
+    reuse = row[8] if len(row) > 8 else None
     return TraceRequest(float(row[0]), int(row[1]), int(row[2]), float(row[3]),
                         max(1, int(row[4])) if len(row) > 4 else 1,
                         shared_tokens=None if shared is None else max(0, int(shared)),
                         constraint=None if constraint is None else str(constraint),
-                        constraint_chars=max(0, int(row[7])) if len(row) > 7 else 0)
+                        constraint_chars=max(0, int(row[7])) if len(row) > 7 else 0,
+                        reuse_of=None if not reuse else (int(reuse[0]), int(reuse[1])),
+                        reuse_tokens=max(0, int(reuse[2])) if reuse else 0)
 
 
 # --------------------------------------------------------------------------- statistics
@@ -307,15 +317,42 @@ def shared_with_previous(rec: RequestRecord, prev: RequestRecord | None) -> int:
     return min(prev.prompt_tokens + kept, rec.prompt_tokens)
 
 
-def shared_prefix_tokens(session_requests: Sequence[RequestRecord]) -> int:
-    """Prompt tokens of one session's requests that repeat its previous request."""
-    shared = 0
-    prev: RequestRecord | None = None
-    for rec in session_requests:
-        if prev is not None:
-            shared += shared_with_previous(rec, prev)
-        prev = rec
-    return shared
+@dataclass(slots=True)
+class _Sharing:
+    """What the requests of a capture repeat of earlier ones, per request and in all."""
+
+    shared_total: int = 0
+    percents: list[float] = field(default_factory=list)
+    """Per request whose sharing was measured: percent of its prompt repeated."""
+    refs: dict[int, tuple[tuple[int, int], int]] = field(default_factory=dict)
+    """``id(record)`` → (trace position of the earlier request it repeats more of than its own
+    previous, tokens)."""
+
+
+def _sharing(sessions: Sequence[Sequence[RequestRecord]], common_prefix_tokens: int) -> _Sharing:
+    """Each request's own previous share (:func:`shared_with_previous`; a session's first one
+    repeats the common prefix, but in the first session), or, where longer, what the fleet's
+    ledger found it repeating of any earlier request (``reuse_tokens``)."""
+    out = _Sharing()
+    where = {(rec.session_id or "", rec.request_index): (si, ri)
+             for si, reqs in enumerate(sessions) for ri, rec in enumerate(reqs) if rec.request_index is not None}
+    for si, reqs in enumerate(sessions):
+        prev: RequestRecord | None = None
+        for ri, rec in enumerate(reqs):
+            if prev is not None:
+                own = shared_with_previous(rec, prev)
+            else:
+                own = min(common_prefix_tokens, rec.prompt_tokens) if si else 0
+            reused = min(rec.reuse_tokens or 0, rec.prompt_tokens)
+            ref = where.get(rec.reuse_of) if rec.reuse_of is not None else None
+            if ref is not None and reused > own and ref != (si, ri - 1):
+                out.refs[id(rec)] = (ref, reused)
+            out.shared_total += max(own, reused)
+            measured = rec.reuse_tokens is not None or (prev is not None and rec.shared_prefix_tokens is not None)
+            if rec.prompt_tokens and measured:
+                out.percents.append(100.0 * max(own, reused) / rec.prompt_tokens)
+            prev = rec
+    return out
 
 
 def _downsample(series: list[float], limit: int) -> tuple[list[float], int]:
@@ -363,12 +400,8 @@ def shape_from_records(
     for i, r in enumerate(ok):
         by_session.setdefault(r.session_id or f"request-{i}", []).append(r)
     prompt_total = sum(r.prompt_tokens for r in ok)
-    shared = sum(shared_prefix_tokens(reqs) for reqs in by_session.values())
-    if common_prefix_tokens:
-        # the first request of each session shares the common prefix with the others
-        firsts = [reqs[0] for reqs in by_session.values()][1:]
-        shared += sum(min(common_prefix_tokens, r.prompt_tokens) for r in firsts)
-    share = min(1.0, shared / prompt_total) if prompt_total else 0.0
+    sharing = _sharing(list(by_session.values()), common_prefix_tokens)
+    share = min(1.0, sharing.shared_total / prompt_total) if prompt_total else 0.0
 
     reported = [r for r in ok if r.cached_tokens]
     if reported:
@@ -389,16 +422,13 @@ def shape_from_records(
         trace.append((sid, tuple(
             TraceRequest(round(r.started_s - start, 3), r.prompt_tokens, r.completion_tokens, round(r.duration_s, 3),
                          max(1, r.choices), shared_tokens=_measured_shared(r, i), constraint=r.constraint,
-                         constraint_chars=r.constraint_chars)
+                         constraint_chars=r.constraint_chars, **_reuse(sharing, r))
             for i, r in enumerate(kept))))
     multi = [r for r in ok if r.choices > 1]
     constrained = [r for r in ok if r.constraint]
     kinds: dict[str, int] = {}
     for r in constrained:
         kinds[str(r.constraint)] = kinds.get(str(r.constraint), 0) + 1
-    reuse = [100.0 * min(r.shared_prefix_tokens, r.prompt_tokens) / r.prompt_tokens
-             for reqs in by_session.values() for r in reqs[1:]
-             if r.shared_prefix_tokens is not None and r.prompt_tokens]
     extra_notes = list(notes)
     if budget <= 0:
         extra_notes.append(f"trace cut at {TRACE_LIMIT} requests")
@@ -415,8 +445,13 @@ def shape_from_records(
         multi_choice_requests=len(multi), choices=Distribution.of(r.choices for r in multi),
         constrained_requests=len(constrained),
         constraint_kinds=tuple(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))),
-        prefix_reuse=Distribution.of(reuse),
+        prefix_reuse=Distribution.of(sharing.percents),
     )
+
+
+def _reuse(sharing: _Sharing, rec: RequestRecord) -> dict[str, Any]:
+    ref = sharing.refs.get(id(rec))
+    return {} if ref is None else {"reuse_of": ref[0], "reuse_tokens": ref[1]}
 
 
 def _measured_shared(rec: RequestRecord, index: int) -> int | None:

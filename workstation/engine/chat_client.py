@@ -26,7 +26,7 @@ import httpx
 import orjson
 
 from workstation.core.endpoints import Endpoint
-from workstation.core.requests import RequestRecord, common_prefix_bytes, constraint_of
+from workstation.core.requests import PromptLedger, RequestRecord, common_prefix_bytes, constraint_of
 from workstation.engine.sse import (
     DONE,
     ChatDelta,
@@ -55,6 +55,10 @@ class _RequestShape:
     constraint_chars: int = 0
     shared_share: float | None = None
     """0-1: the part of the prompt's bytes that repeat the previous request's (None: the first)."""
+    index: int | None = None
+    reuse_share: float | None = None
+    """0-1: the part that repeats the ledger's best earlier request (None: no ledger)."""
+    reuse_of: tuple[str, int] | None = None
 
 
 def parse_chunk(data: str | bytes) -> ChatDelta:
@@ -93,6 +97,10 @@ class ChatClient:
         self.session_id = session_id
         self.model = model
         self.streams = streams
+        self.ledger: PromptLedger | None = None
+        """A fleet's one ledger of its requests' prompts (its agent factory sets it): which
+        earlier request of any session a request repeats the most of."""
+        self._sent = 0
         self._last_prompt: bytes | None = None
         """The previous request's messages (and tools) as JSON, while observers listen: what
         the next request's prompt is compared with (:attr:`RequestRecord.shared_prefix_tokens`)."""
@@ -208,8 +216,13 @@ class ChatClient:
         kind, chars = constraint_of(body)
         prompt = orjson.dumps([body.get("tools"), body["messages"]])
         last, self._last_prompt = self._last_prompt, prompt
-        share = None if last is None else common_prefix_bytes(last, prompt) / max(1, len(prompt))
-        return _RequestShape(choices, kind, chars, share)
+        size = max(1, len(prompt))
+        share = None if last is None else common_prefix_bytes(last, prompt) / size
+        index, self._sent = self._sent, self._sent + 1
+        if self.ledger is None:
+            return _RequestShape(choices, kind, chars, share, index)
+        reused, owner = self.ledger.match_and_add(prompt, (self.session_id or "", index))
+        return _RequestShape(choices, kind, chars, share, index, reused / size, owner)
 
     async def _via_worker(self, endpoint: Endpoint, model: str, url: str, body: bytes,
                           headers: dict[str, str], shape: _RequestShape) -> AsyncIterator[ChatDelta]:
@@ -244,6 +257,9 @@ class ChatClient:
             max_gap_s=max_gap, ok=error is None, error=error, choices=shape.choices,
             constraint=shape.constraint, constraint_chars=shape.constraint_chars,
             shared_prefix_tokens=None if shape.shared_share is None else round(prompt_tokens * shape.shared_share),
+            request_index=shape.index,
+            reuse_tokens=None if shape.reuse_share is None else int(prompt_tokens * shape.reuse_share),
+            reuse_of=shape.reuse_of,
         )
         for observer in self.observers:
             observer(record)

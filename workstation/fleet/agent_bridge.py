@@ -22,7 +22,7 @@ import httpx
 from workstation.core.approvals import ApprovalDecision, ApprovalRequest
 from workstation.core.endpoints import Endpoint
 from workstation.core.errors import UserError
-from workstation.core.requests import RequestRecord
+from workstation.core.requests import PromptLedger, RequestRecord
 from workstation.fleet.session import SessionSpec
 
 if TYPE_CHECKING:
@@ -131,12 +131,16 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         self.request_observers: list[RequestObserver] = []
         """One list, shared by every chat client this factory made or will make: an observer
         added here sees each model request (one record per request, with its ``n``)."""
+        self.prompt_ledger = PromptLedger()
+        """One for the fleet: each record says which earlier request of any session its prompt
+        repeats the most of (kept only while observers listen)."""
 
     def _client(self, endpoint: Endpoint, model: str | None, session_id: str | None = None) -> ChatClient:
         from workstation.engine.chat_client import ChatClient
 
         client = ChatClient(self.http, endpoint, model=model, session_id=session_id, streams=self.streams)
         client.observers = self.request_observers  # the same list, not a copy
+        client.ledger = self.prompt_ledger
         return client
 
     @classmethod

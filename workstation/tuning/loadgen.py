@@ -37,6 +37,7 @@ from workstation.tuning.results import BenchResult, LatencyStats, Slo, Workload
 from workstation.tuning.workload import (
     SAMPLE_TEXT,
     PlannedRequest,
+    ReplayStream,
     SyntheticStream,
     TokenSource,
     code_text,
@@ -257,9 +258,21 @@ class LoadGenerator:
         return timing
 
     # ----- the run -----
+    async def _prime(self, streams: Sequence[StreamPlan]) -> None:
+        """Compute a replay's common prefix once before the streams start, as the app's fleet
+        primes the prefix cache with its shared system prompt before its sessions start (else
+        every stream's first request computes it in the same step). Not measured; a refusal
+        shows in the run itself."""
+        prefix = next((s.common_prefix for s in streams if isinstance(s, ReplayStream) and s.common_prefix), None)
+        if not prefix:
+            return
+        await self._request(PlannedRequest(list(prefix), 1))
+        self.timings.clear()
+
     async def run(self) -> BenchResult:
         w = self.workload
         streams = await self._streams()
+        await self._prime(streams)
         t0 = time.monotonic()
         window_start = t0 + w.warmup_s
         window_end = window_start + min(w.duration_s, HARD_LIMIT_S)

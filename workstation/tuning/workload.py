@@ -16,6 +16,9 @@ only where the workload says so.
   captured length; a session's first request starts with the prefix every session shares.
   So a guided agent's requests — a rebuilt view of the session plus a step hint, several
   per turn on one view — are replayed with the sharing they had, not as one growing history.
+  Where the captured request repeated more of an earlier request of *another* session (the
+  fleet's ledger: sessions on the same task, the same first view), it starts with that much
+  of the replay's own tokens for that request, when the replay has played it.
   A trace that did not measure sharing (older shapes) keeps an append-only history like a
   tool-calling agent does: the whole previous prompt and output, unless the captured prompt
   is shorter (the agent condensed it: start over from the common prefix). A captured request
@@ -164,16 +167,61 @@ class SyntheticStream:
         """Synthetic requests are independent."""
 
 
+PLAYED_KEPT = 256
+"""Replayed requests whose tokens the streams keep for later requests that repeat them."""
+
+
+class Played:
+    """The tokens (prompt, then the first sequence generated) of the replay's latest requests,
+    by their place in the trace: what a later request of any stream repeats when the captured
+    one repeated that request (``TraceRequest.reuse_of``). Bounded: the oldest go first."""
+
+    def __init__(self, limit: int = PLAYED_KEPT) -> None:
+        self.limit = limit
+        self._tokens: dict[tuple[int, int], list[int]] = {}
+
+    def get(self, key: tuple[int, int]) -> list[int] | None:
+        return self._tokens.get(key)
+
+    def put(self, key: tuple[int, int], tokens: list[int]) -> None:
+        self._tokens.pop(key, None)
+        self._tokens[key] = tokens
+        while len(self._tokens) > self.limit:
+            del self._tokens[next(iter(self._tokens))]
+
+
+class SessionCursor:
+    """The next captured session to replay, shared by the streams of one replay: a stream that
+    finishes a session takes the next one in the trace's order, so over a run every session
+    is replayed as often as the others and the request mix stays the captured one (streams
+    that each looped over a fixed set replayed short sessions more often than long ones)."""
+
+    def __init__(self, sessions: int, first: int) -> None:
+        self.sessions = max(1, sessions)
+        self._next = first
+
+    def take(self) -> int:
+        at, self._next = self._next % self.sessions, self._next + 1
+        return at
+
+
 class ReplayStream:
-    """One stream replaying captured sessions in turn, with an append-only history."""
+    """One stream replaying captured sessions in turn, with their captured prefix sharing."""
 
     def __init__(self, tokens: TokenSource, sessions: Sequence[Sequence[TraceRequest]], *, start: int,
                  step: int, common_prefix: Sequence[int] = (), max_context: int | None = None,
-                 constrain: bool = True) -> None:
+                 constrain: bool = True, played: Played | None = None,
+                 positions: Sequence[int] | None = None, cursor: SessionCursor | None = None) -> None:
+        """``played`` and ``cursor``: shared by the streams of one replay (without a cursor a
+        stream goes on ``step`` sessions at a time); ``positions``: each session's place in the
+        trace (default: its index), what ``reuse_of`` names."""
         if not sessions:
             raise ValueError("the traffic shape has no trace to replay")
         self.tokens = tokens
         self.sessions = sessions
+        self.played = played
+        self.cursor = cursor
+        self.positions = list(positions) if positions is not None else list(range(len(sessions)))
         self.start = start
         self.session_index = start % len(sessions)
         self.step = max(1, step)
@@ -185,12 +233,14 @@ class ReplayStream:
         """The previous request's prompt and the first sequence it generated (empty at a
         session's start and after a failed request)."""
         self._pending_prompt: list[int] = []
+        self._pending_key: tuple[int, int] = (0, 0)
         self._sent = 0
 
     def _current(self) -> TraceRequest:
         reqs = self.sessions[self.session_index]
         if self.request_index >= len(reqs):
-            self.session_index = (self.session_index + self.step) % len(self.sessions)
+            self.session_index = (self.cursor.take() if self.cursor is not None
+                                  else (self.session_index + self.step) % len(self.sessions))
             self.request_index = 0
             self.history = []
             reqs = self.sessions[self.session_index]
@@ -198,6 +248,7 @@ class ReplayStream:
 
     def next(self) -> PlannedRequest:
         req = self._current()
+        self._pending_key = (self.positions[self.session_index], self.request_index)
         self.request_index += 1
         choices = max(1, req.choices)
         out = max(1, math.ceil(req.completion_tokens / choices))
@@ -214,6 +265,10 @@ class ReplayStream:
             base = self.common_prefix[:target]
         else:
             base = self.history
+        if req.reuse_of is not None and req.reuse_tokens > len(base) and self.played is not None:
+            earlier = self.played.get(req.reuse_of)  # another session's request it repeated more of
+            if earlier is not None and len(earlier) > len(base):
+                base = earlier[:min(req.reuse_tokens, target)]
         prompt = base + self.tokens.fresh(target - len(base))
         self._pending_prompt = prompt
         self._sent += 1
@@ -231,12 +286,17 @@ class ReplayStream:
             self.history = []
             return
         self.history = self._pending_prompt + list(output_ids)
+        if self.played is not None:
+            self.played.put(self._pending_key, self.history)
 
 
 def replay_streams(shape: TrafficShape, tokens: TokenSource, concurrency: int, *,
                    max_context: int | None = None, constrain: bool = True) -> list[ReplayStream]:
     """``constrain``: send a structured-outputs constraint where the captured request had one."""
-    sessions = [reqs for _, reqs in shape.trace if reqs]
+    kept = [(at, reqs) for at, (_, reqs) in enumerate(shape.trace) if reqs]
     common = tokens.fresh(shape.common_prefix_tokens)
-    return [ReplayStream(tokens, sessions, start=i, step=concurrency, common_prefix=common,
-                         max_context=max_context, constrain=constrain) for i in range(concurrency)]
+    played = Played()
+    cursor = SessionCursor(len(kept), concurrency)
+    return [ReplayStream(tokens, [reqs for _, reqs in kept], start=i, step=concurrency, common_prefix=common,
+                         max_context=max_context, constrain=constrain, played=played,
+                         positions=[at for at, _ in kept], cursor=cursor) for i in range(concurrency)]
