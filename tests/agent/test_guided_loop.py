@@ -155,6 +155,8 @@ async def test_a_function_the_task_adds_is_written_alone_and_appended(make_agent
     assert regex.startswith("```python\\ndef sub\\(a, b\\):\\n")  # held to the task's signature
     assert "Write the new function `sub(a, b)` to add to calc.py" in srv.requests[0]["messages"][-1]["content"]
     assert (repo / "calc.py").read_text() == calc + "\n\ndef sub(a, b):\n    return a - b\n"
+    # the sampled draft is add's body copied: no new function
+    assert "2 drafts, 1 usable" in "".join(e.text for e in rec.of(ev.TextStreamed))
     assert suite_passes(repo)
 
 

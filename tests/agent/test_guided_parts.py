@@ -208,6 +208,15 @@ def test_a_function_the_task_adds_is_offered_as_a_new_function(tmp_path: Path) -
     assert _ws(tmp_path, "The function helper(x) in pkg/core.py is wrong.").new_functions == ()
 
 
+def test_a_new_function_that_copies_its_neighbour_is_its_twin() -> None:
+    from workstation.agent.guided.symbols import twin_function
+
+    text = 'def add(a, b):\n    """Sum."""\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n'
+    assert twin_function("def sub(a, b):\n    return a + b\n", text) == "add"  # docstrings aside
+    assert twin_function("def sub(a, b):\n    return a - b\n", text) is None
+    assert twin_function("def sub(a, b):\n    return (\n", text) is None
+
+
 def test_choice_regex_accepts_exactly_the_allowed_calls() -> None:
     choice = Choice((
         Option("read_file", (Arg("path", ("a.py", 'we"ird/b.py')),)),

@@ -149,6 +149,25 @@ def new_undefined_names(before: str, after: str) -> list[str]:
     return sorted(now - (undefined_names(before) or set()))
 
 
+def twin_function(code: str, text: str) -> str | None:
+    """The function of ``text`` (top level) whose body does what the function ``code`` does,
+    its name or None: a new ``sub(a, b)`` whose body is ``add``'s copied (``return a + b``)
+    is no new function."""
+    try:
+        new = ast.parse(textwrap.dedent(code)).body
+        old = ast.parse(text).body
+    except (SyntaxError, ValueError):
+        return None
+    if len(new) != 1 or not isinstance(new[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    key = program_key(ast.unparse(ast.Module(body=new[0].body, type_ignores=[])))
+    for node in old:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != new[0].name:
+            if program_key(ast.unparse(ast.Module(body=node.body, type_ignores=[]))) == key:
+                return node.name
+    return None
+
+
 def program_key(code: str) -> str | None:
     """What Python ``code`` does, to tell drafts apart: its syntax tree without docstrings
     (comments, layout and quoting are not in it either); None when it does not parse. A

@@ -31,6 +31,7 @@ from workstation.agent.guided.state import GuidedState, failure_summary, read_st
 from workstation.agent.guided.symbols import (
     WHOLE_FILE, Symbol, append_function, find_symbol, header_line, indent_code, new_function_signature,
     new_undefined_names, parses, program_key, python_symbols, replace_symbol, symbol_lines, symbol_source,
+    twin_function,
 )
 from workstation.agent.guided.workspace import Workspace, look, mentioned_paths
 from workstation.agent.history import Message, estimate_tokens
@@ -276,6 +277,8 @@ class GuidedTurn:
             problem = "changes nothing" if same_code(new_text, current) else (parses(new_text) if python else None)
             if python and problem is None and (unknown := new_undefined_names(current or original, new_text)):
                 problem = f"uses names nothing defines: {', '.join(unknown[:5])}"  # garbage, or an import it cannot add
+            if signature is not None and problem is None and current and (twin := twin_function(code, current)):
+                problem = f"does what {twin} does"  # a new function copied from its neighbour
             mine = ident(text)
             if before and mine == ident_of(before):
                 problem = problem or "the code as read"  # what the task says is wrong (but for docstrings)
