@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import csv
 import json
+import math
 from pathlib import Path
 
 import httpx
@@ -229,3 +230,39 @@ def test_the_strip_and_the_panes_count_over_the_same_window() -> None:
     assert meters.tokens_per_s == pytest.approx(streams.tokens_per_s())  # no rate of its own yet
     scrape(102.0, 45.0, 40.0)
     assert meters.tokens_per_s == pytest.approx(40.0)
+
+
+def test_the_per_engine_series_count_over_the_same_window_as_the_strip() -> None:
+    """The meters dock charts ``engine.<name>.generation_tokens_per_s``: recorded from the
+    one-second scrape, it jumped between 0 and the burst's rate on a CPU engine while the strip
+    beside it read the counter over 5 s. The series holds the strip's windowed rate now (and
+    the prompt tokens' likewise)."""
+    from workstation.telemetry.vllm_metrics import EngineMetricsSample
+
+    meters = make_meters(httpx.AsyncClient())
+    readings = ((95.0, 1000.0, 0.0), (96.0, 1005.0, 5.0), (97.0, 1010.0, 5.0), (98.0, 1015.0, 5.0),
+                (99.0, 1015.0, 0.0), (100.0, 1015.0, 0.0))
+    for t, total, last_second in readings:
+        meters._on_engine_sampled(EngineMetricsSample(
+            endpoint="local", t_mono=t, t_wall=t, up=True, generation_tokens_total=total,
+            generation_tokens_per_s=last_second, prompt_tokens_total=2 * total, prompt_tokens_per_s=2 * last_second,
+            interval_s=1.0))
+    generated = list(meters.series.get("engine.local.generation_tokens_per_s").values())
+    prompt = list(meters.series.get("engine.local.prompt_tokens_per_s").values())
+    # no one-second zeros between bursts: 15 tokens over the last 4, then 5 seconds
+    assert generated == pytest.approx([0.0, 5.0, 5.0, 5.0, 3.75, 3.0])
+    assert prompt == pytest.approx([0.0, 10.0, 10.0, 10.0, 7.5, 6.0])
+    assert generated[-1] == pytest.approx(meters.tokens_per_s)  # what the strip says
+    # an engine without counter totals: the scrape's own rate, as before
+    meters._on_engine_sampled(EngineMetricsSample(endpoint="other", t_mono=100.0, t_wall=100.0, up=True,
+                                                  generation_tokens_per_s=7.0, interval_s=1.0))
+    assert list(meters.series.get("engine.other.generation_tokens_per_s").values()) == [7.0]
+    # down: nothing to chart, and the window starts again when it comes back
+    meters._on_engine_sampled(EngineMetricsSample(endpoint="local", t_mono=101.0, t_wall=101.0, up=False))
+    meters._on_engine_sampled(EngineMetricsSample(endpoint="local", t_mono=102.0, t_wall=102.0, up=True,
+                                                  generation_tokens_total=1100.0, generation_tokens_per_s=None))
+    after = list(meters.series.get("engine.local.generation_tokens_per_s").values())
+    assert len(after) == 8 and all(math.isnan(v) for v in after[-2:])  # a gap, then no rate from one reading
+    meters._on_engine_sampled(EngineMetricsSample(endpoint="local", t_mono=103.0, t_wall=103.0, up=True,
+                                                  generation_tokens_total=1110.0, generation_tokens_per_s=99.0))
+    assert meters.series.get("engine.local.generation_tokens_per_s").values()[-1] == pytest.approx(10.0)

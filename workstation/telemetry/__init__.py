@@ -61,7 +61,8 @@ gaps; ``numpy.frombuffer`` them for pyqtgraph). Names:
 engine_memory_bytes``; ``host.cpu_pct memory_used_bytes app_cpu_pct app_rss_bytes
 engine_cpu_pct engine_rss_bytes``; ``engine.{endpoint}.generation_tokens_per_s
 prompt_tokens_per_s running waiting kv_cache_usage_pct prefix_cache_hit_rate_pct
-spec_acceptance_rate_pct ttft_p50_s ttft_p99_s itl_p50_s itl_p99_s``;
+spec_acceptance_rate_pct ttft_p50_s ttft_p99_s itl_p50_s itl_p99_s`` (the token rates over
+the stream counters' window, 5 s, as the strip's);
 ``sessions.tokens_per_s``; ``cost.savings_pct saved_usd self_host_usd_per_m_tokens
 api_usd_per_m_tokens joules_per_token``.
 

@@ -261,18 +261,20 @@ class Meters:
 
     def _on_engine_sampled(self, s: EngineMetricsSample) -> None:
         self.cost.on_engine_sample(s)
+        prompt_key = f"{s.endpoint}\0prompt"
         if s.up and s.has_metrics:
-            windowed = None
-            if s.generation_tokens_total is not None:
-                windowed = self._engine_counts.add(s.endpoint, s.t_mono, s.generation_tokens_total)
-            self._engine_rates[s.endpoint] = windowed if windowed is not None else s.generation_tokens_per_s
+            generated = self._windowed(s.endpoint, s.t_mono, s.generation_tokens_total, s.generation_tokens_per_s)
+            prompt = self._windowed(prompt_key, s.t_mono, s.prompt_tokens_total, s.prompt_tokens_per_s)
+            self._engine_rates[s.endpoint] = generated
         else:
+            generated, prompt = s.generation_tokens_per_s, s.prompt_tokens_per_s
             self._engine_rates.pop(s.endpoint, None)
             self._engine_counts.drop(s.endpoint)
+            self._engine_counts.drop(prompt_key)
         p = f"engine.{s.endpoint}."
-        self._record(s.t_mono, {
-            p + "generation_tokens_per_s": s.generation_tokens_per_s,
-            p + "prompt_tokens_per_s": s.prompt_tokens_per_s,
+        self._record(s.t_mono, {  # the token rates over the streams' window, as the strip's
+            p + "generation_tokens_per_s": generated,
+            p + "prompt_tokens_per_s": prompt,
             p + "running": s.running,
             p + "waiting": s.waiting,
             p + "kv_cache_usage_pct": s.kv_cache_usage_pct,
@@ -284,6 +286,12 @@ class Meters:
             p + "itl_p99_s": s.itl_s.p99 if s.itl_s else None,
         }, self.metrics_interval_s)
         self.engine_sampled.emit(s)
+
+    def _windowed(self, key: str, t_mono: float, total: float | None, last_interval: float | None) -> float | None:
+        """``key``'s counter over the streams' window; the scrape's one-interval rate where the
+        engine gave no total."""
+        windowed = self._engine_counts.add(key, t_mono, total) if total is not None else None
+        return windowed if windowed is not None else last_interval
 
     def tick(self) -> None:
         """Publish the session counters and the cost estimate (the 1 Hz tick calls it)."""
