@@ -5,23 +5,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import QRect, QRectF, QSize, Qt, Signal
+from PySide6.QtCore import QEvent, QRect, QRectF, QSize, Qt, Signal
 from PySide6.QtGui import (
     QColor,
     QContextMenuEvent,
     QFontMetrics,
+    QHelpEvent,
     QMouseEvent,
     QPainter,
     QPaintEvent,
     QPalette,
     QPixmap,
 )
-from PySide6.QtWidgets import QFrame, QSizePolicy, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFrame, QSizePolicy, QToolTip, QVBoxLayout, QWidget
 
 from workstation.core.session_state import SessionState
 from workstation.ui import theme
 from workstation.ui.icons_fallback import safe_icon
 from workstation.ui.panes.approval_bar import ApprovalBar
+from workstation.ui.panes.header_line import KEEP, SecondLine, WherePart, fit_second_line, joined
 from workstation.ui.panes.tail_view import TailView
 from workstation.ui.panes.transcript_doc import TranscriptDoc
 
@@ -68,13 +70,25 @@ class PaneInfo:
             return ""
         return f"§ {self.rules[-1]}" + (f" +{len(self.rules) - 1}" if len(self.rules) > 1 else "")
 
-    def where(self) -> str:
-        """The header's second line: ``repo · branch · Act · guided · ⧉ adapter · § AGENTS.md ·
-        ✓ ready · ▶ :8123``."""
+    def where_parts(self) -> tuple[WherePart, ...]:
+        """The header's second line by part, each with how soon it gives way in a narrow tile
+        (``header_line``): the branch first (it repeats the name), the rules, the repository."""
         server = f"▶ :{self.server_url.rstrip('/').rsplit(':', 1)[-1]}" if self.server_url else ""
-        marks = (self.repo, self.branch, self.mode, self.protocol, f"⧉ {self.adapter}" if self.adapter else "",
-                 self.rules_mark(), "✓ ready" if self.ready else "", server, "background" if self.background else "")
-        return " · ".join(part for part in marks if part)
+        return (WherePart(self.repo, 2), WherePart(self.branch, 0), WherePart(self.mode, KEEP),
+                WherePart(self.protocol, KEEP), WherePart(f"⧉ {self.adapter}" if self.adapter else "", 3),
+                WherePart(self.rules_mark(), 1), WherePart("✓ ready" if self.ready else "", KEEP),
+                WherePart(server, KEEP), WherePart("background" if self.background else "", KEEP))
+
+    def where(self) -> str:
+        """The header's second line in full: ``repo · branch · Act · guided · ⧉ adapter ·
+        § AGENTS.md · ✓ ready · ▶ :8123``."""
+        return joined([part.text for part in self.where_parts()])
+
+    def header_tip(self) -> str:
+        """The header's tooltip: every word a narrow tile elides."""
+        said = state_text(self)
+        state = f"{said}: {self.detail}" if self.detail and not self.detail.startswith(said) else self.detail or said
+        return "\n".join(line for line in (self.name, self.where(), state) if line)
 
 
 def compact_count(value: float) -> str:
@@ -165,17 +179,33 @@ class PaneHeader(QWidget):
         p.drawText(QRect(name_x, 2, w - name_x, row), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, name)
         p.setFont(self.font())
         # Row 2: repo · branch · mode · protocol, state on the right (coloured only when it means something).
-        said = fm.elidedText(state_text(info), Qt.TextElideMode.ElideRight, max(10, w // 2))
-        state_w = fm.horizontalAdvance(said) + 8
+        line = self.second_line()
         p.setPen(colour if info.state is not SessionState.RUNNING else dim)
-        if look.tint or look.border_px > 1:
+        if self._state_bold():
             p.setFont(bold)
-        p.drawText(QRect(0, 2 + row, w - 5, row), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, said)
+        p.drawText(QRect(0, 2 + row, w - 5, row), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, line.state)
         p.setFont(self.font())
-        where = info.where()
         p.setPen(dim)
-        where = fm.elidedText(where, Qt.TextElideMode.ElideMiddle, max(10, w - 10 - state_w))
-        p.drawText(QRect(5, 2 + row, w - 10 - state_w, row), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, where)
+        p.drawText(QRect(5, 2 + row, w - 10, row), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, line.where)
+
+    def _state_bold(self) -> bool:
+        look = self._pane.info.look(self.palette())
+        return look.tint or look.border_px > 1
+
+    def second_line(self) -> SecondLine:
+        """What row 2 shows at the header's width (``header_line.fit_second_line``)."""
+        info = self._pane.info
+        bold = self.font()
+        bold.setBold(True)
+        state_fm = QFontMetrics(bold if self._state_bold() else self.font())
+        return fit_second_line(info.where_parts(), state_text(info), QFontMetrics(self.font()), state_fm,
+                               self.width() - 10)
+
+    def event(self, event: QEvent) -> bool:
+        if event.type() is QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
+            QToolTip.showText(event.globalPos(), self._pane.info.header_tip(), self)
+            return True
+        return super().event(event)
 
     def mouseDoubleClickEvent(self, event: QMouseEvent) -> None:  # noqa: N802
         self._pane.activated.emit()

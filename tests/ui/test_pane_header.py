@@ -1,0 +1,116 @@
+"""The pane header at 32 panes on a 1920-px screen: why a session waits stays readable, the
+left side gives way first, and the tooltip holds every word."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QEvent, QPoint
+from PySide6.QtGui import QFontMetrics, QHelpEvent
+from PySide6.QtWidgets import QApplication, QToolTip
+
+from workstation.core.session_state import SessionState as S
+from workstation.ui.panes.header_line import SEPARATOR, WherePart, fit_where, short_forms, short_reason
+from workstation.ui.panes.session_pane import PaneInfo, SessionPane
+from workstation.ui.panes.tile_grid import TileGrid
+from workstation.ui.panes.transcript_doc import TranscriptDoc
+
+pytestmark = pytest.mark.gui
+
+REASON = "engine near full: holding at 24 generating"
+
+
+def _grid_of_32(qtbot) -> tuple[TileGrid, list[SessionPane]]:  # type: ignore[no-untyped-def]
+    """The demo's 32 sessions in a grid the size of a 1920×1080 window's tile area."""
+    grid = TileGrid()
+    qtbot.addWidget(grid)
+    panes = []
+    for i in range(32):
+        info = PaneInfo(f"s{i}", f"fix-roman-range-{i}", repo="inventory", branch=f"ws/fix-roman-range-{i}",
+                        mode="Act", protocol="guided", state=S.RUNNING)
+        pane = SessionPane(info, TranscriptDoc())
+        grid.add_pane(pane)
+        panes.append(pane)
+    grid.resize(1920, 960)
+    grid.show()
+    qtbot.waitExposed(grid)
+    QApplication.processEvents()
+    return grid, panes
+
+
+def test_at_32_panes_the_wait_reason_reads_whole_in_short_form_and_the_tooltip_in_full(qtbot):
+    grid, panes = _grid_of_32(qtbot)
+    assert (grid.shape.cols, grid.shape.rows) == (8, 4)
+    pane = panes[9]
+    assert 220 <= pane.header.width() <= 240  # an 8-column tile on 1920 px
+    pane.set_info(PaneInfo(pane.info.session_id, pane.info.name, repo="inventory", branch=pane.info.branch,
+                           mode="Act", protocol="guided", state=S.QUEUED, detail=REASON))
+    header = pane.header
+    fm = QFontMetrics(header.font())
+    line = header.second_line()
+    # the reason's headline, not cut: before, it read "engine near full: h…"
+    assert line.state == "engine near full" == short_reason(REASON)
+    assert "…" not in line.state
+    # the left side gave way (the branch first) and still names the repository; both fit
+    assert line.where.startswith("inventory") and "ws/" not in line.where and "guided" in line.where
+    assert fm.horizontalAdvance(line.where) + fm.horizontalAdvance(line.state) + 8 <= header.width() - 10
+    # the full text on hover
+    QToolTip.hideText()
+    QApplication.sendEvent(header, QHelpEvent(QEvent.Type.ToolTip, QPoint(20, 20), header.mapToGlobal(QPoint(20, 20))))
+    tip = QToolTip.text()
+    assert REASON in tip and pane.info.where() in tip and pane.info.name in tip
+    QToolTip.hideText()
+
+
+def test_a_reason_that_fits_whole_shows_whole_and_a_running_pane_keeps_its_line(qtbot):
+    _grid, panes = _grid_of_32(qtbot)
+    pane = panes[0]
+    assert pane.header.second_line().state == "running"
+    assert pane.header.second_line().where.startswith("inventory")
+    pane.set_info(PaneInfo(pane.info.session_id, pane.info.name, repo="inventory", branch=pane.info.branch,
+                           mode="Act", protocol="guided", state=S.QUEUED, detail="engine full: KV 97 %"))
+    assert pane.header.second_line().state == "engine full: KV 97 %"
+    # the demo's queue: the engine as subject left out, the number kept (it read "engine queue: 158…")
+    pane.set_info(PaneInfo(pane.info.session_id, pane.info.name, repo="inventory", branch=pane.info.branch,
+                           mode="Act", protocol="guided", state=S.QUEUED, detail="engine queue: 158 waiting"))
+    assert pane.header.second_line().state == "queue: 158 waiting"
+    # a wide tile (4 panes) shows everything
+    wide = TileGrid()
+    qtbot.addWidget(wide)
+    info = PaneInfo("w", "fix-it", repo="inventory", branch="ws/fix-it", mode="Act", protocol="guided",
+                    state=S.QUEUED, detail=REASON)
+    wide.add_pane(SessionPane(info, TranscriptDoc()))
+    wide.resize(1920, 960)
+    wide.show()
+    qtbot.waitExposed(wide)
+    line = wide.panes[0].header.second_line()
+    assert line.state == REASON and line.where == info.where()
+
+
+def test_the_left_side_gives_way_least_telling_part_first(qapp):
+    fm = QFontMetrics(qapp.font())
+    parts = (WherePart("inventory", 2), WherePart("ws/fix-restock-and-more", 0), WherePart("Act", 99),
+             WherePart("guided", 99), WherePart("§ AGENTS.md", 1), WherePart("✓ ready", 99))
+    whole = SEPARATOR.join(p.text for p in parts)
+    assert fit_where(parts, fm, fm.horizontalAdvance(whole)) == whole
+    without_branch = "inventory · Act · guided · § AGENTS.md · ✓ ready"
+    narrower = fit_where(parts, fm, fm.horizontalAdvance(without_branch) + fm.horizontalAdvance(" · ws/fi…"))
+    assert narrower.startswith("inventory · ws/") and "…" in narrower and narrower.endswith("✓ ready")
+    assert fit_where(parts, fm, fm.horizontalAdvance(without_branch)) == without_branch
+    # then the rules, then the repository; ready stays to the end
+    assert fit_where(parts, fm, fm.horizontalAdvance("inventory · Act · guided · ✓ ready")) \
+        == "inventory · Act · guided · ✓ ready"
+    tight = fit_where(parts, fm, fm.horizontalAdvance("inv… · Act · guided · ✓ ready"))
+    assert tight.endswith("Act · guided · ✓ ready") and tight.startswith("inv")
+    assert fm.horizontalAdvance(fit_where(parts, fm, 30)) <= 30
+
+
+def test_short_forms_leave_out_the_subject_then_the_specifics():
+    assert short_forms(REASON) == (REASON, "near full: holding at 24 generating", "engine near full")
+    assert short_forms("fleet cap: 32 generating") == ("fleet cap: 32 generating", "fleet cap")
+    assert short_forms("queued") == ("queued",)
+
+
+def test_short_reason_is_the_headline():
+    assert short_reason("engine full: KV 99 %, 3 preempted") == "engine full"
+    assert short_reason("slow first token: p95 12 s > 8.0 s") == "slow first token"
+    assert short_reason("queued") == "queued"
