@@ -9,7 +9,16 @@ from PySide6.QtGui import QFontMetrics, QHelpEvent
 from PySide6.QtWidgets import QApplication, QToolTip
 
 from workstation.core.session_state import SessionState as S
-from workstation.ui.panes.header_line import SEPARATOR, WherePart, fit_where, short_forms, short_reason
+from workstation.ui.panes.header_line import (
+    NAME_GAP_PX,
+    SEPARATOR,
+    FirstLine,
+    WherePart,
+    fit_first_line,
+    fit_where,
+    short_forms,
+    short_reason,
+)
 from workstation.ui.panes.session_pane import PaneInfo, SessionPane
 from workstation.ui.panes.tile_grid import TileGrid
 from workstation.ui.panes.transcript_doc import TranscriptDoc
@@ -93,14 +102,17 @@ def test_the_left_side_gives_way_least_telling_part_first(qapp):
     whole = SEPARATOR.join(p.text for p in parts)
     assert fit_where(parts, fm, fm.horizontalAdvance(whole)) == whole
     without_branch = "inventory · Act · guided · § AGENTS.md · ✓ ready"
-    narrower = fit_where(parts, fm, fm.horizontalAdvance(without_branch) + fm.horizontalAdvance(" · ws/fi…"))
-    assert narrower.startswith("inventory · ws/") and "…" in narrower and narrower.endswith("✓ ready")
-    assert fit_where(parts, fm, fm.horizontalAdvance(without_branch)) == without_branch
+    narrower = fit_where(parts, fm, fm.horizontalAdvance(without_branch) + fm.horizontalAdvance(" · ws/fix-restock…"))
+    assert narrower.startswith("inventory · ws/fix-restock") and "…" in narrower and narrower.endswith("✓ ready")
+    # elided to half of itself or less, a part says nothing: dropped instead
+    assert fit_where(parts, fm, fm.horizontalAdvance(without_branch) + fm.horizontalAdvance(" · ws/fix-r…")) \
+        == without_branch
     # then the rules, then the repository; ready stays to the end
     assert fit_where(parts, fm, fm.horizontalAdvance("inventory · Act · guided · ✓ ready")) \
         == "inventory · Act · guided · ✓ ready"
-    tight = fit_where(parts, fm, fm.horizontalAdvance("inv… · Act · guided · ✓ ready"))
-    assert tight.endswith("Act · guided · ✓ ready") and tight.startswith("inv")
+    tight = fit_where(parts, fm, fm.horizontalAdvance("inven… · Act · guided · ✓ ready"))
+    assert tight == "inven… · Act · guided · ✓ ready"
+    assert fit_where(parts, fm, fm.horizontalAdvance("inv… · Act · guided · ✓ ready")) == "Act · guided · ✓ ready"
     assert fm.horizontalAdvance(fit_where(parts, fm, 30)) <= 30
 
 
@@ -114,3 +126,50 @@ def test_short_reason_is_the_headline():
     assert short_reason("engine full: KV 99 %, 3 preempted") == "engine full"
     assert short_reason("slow first token: p95 12 s > 8.0 s") == "slow first token"
     assert short_reason("queued") == "queued"
+
+
+def test_the_name_stays_whole_before_the_cost_and_the_token_count(qtbot):
+    _grid, panes = _grid_of_32(qtbot)
+    pane = panes[3]
+    pane.set_info(PaneInfo(pane.info.session_id, "fix-from-roman-case", repo="roman", branch="ws/fix-from-roman-case",
+                           mode="Act", protocol="guided", state=S.RUNNING))
+    pane.set_stats(12_345, 41.0, 0.031)
+    header = pane.header
+    first = header.first_line()
+    bold = header.font()
+    bold.setBold(True)
+    assert QFontMetrics(bold).horizontalAdvance("fix-from-roman-case") + QFontMetrics(header.font()).horizontalAdvance(
+        "41 t/s  12k tok  $0.031") + NAME_GAP_PX > header.width() - header._name_x() - 5  # all of it would not fit
+    assert first.name == "fix-from-roman-case"  # whole
+    assert first.figures.startswith("41 t/s") and "$0.031" not in first.figures  # the cost gave way
+    assert "12k tok" in header.tip() and "$0.031 at the paid API's prices" in header.tip()
+    # a short name keeps every figure
+    pane.set_info(PaneInfo(pane.info.session_id, "fix-wrap", repo="textkit", state=S.RUNNING))
+    pane.set_stats(12_345, 41.0, 0.031)
+    assert header.first_line() == FirstLine("fix-wrap", "41 t/s  12k tok  $0.031")
+
+
+def test_fit_first_line_drops_figures_from_the_end_and_keeps_the_rate(qapp):
+    fm = QFontMetrics(qapp.font())
+    name = "a-rather-long-session-name"
+    figures = ["41 t/s", "12k tok", "$0.031"]
+    roomy = fm.horizontalAdvance(name) + fm.horizontalAdvance("41 t/s  12k tok  $0.031") + NAME_GAP_PX
+    assert fit_first_line(name, figures, fm, fm, roomy) == FirstLine(name, "41 t/s  12k tok  $0.031")
+    assert fit_first_line(name, figures, fm, fm, roomy - 1).figures == "41 t/s  12k tok"
+    narrow_px = fm.horizontalAdvance("a-rather…") + fm.horizontalAdvance("41 t/s") + 12
+    tight = fit_first_line(name, figures, fm, fm, narrow_px)
+    assert tight.figures == "41 t/s" and tight.name.endswith("…")
+    assert fit_first_line(name, ["", "12k tok", ""], fm, fm, 40).figures == "12k tok"  # not streaming now
+
+
+def test_with_the_meters_dock_open_the_repository_outlasts_mode_and_protocol(qtbot):
+    grid, panes = _grid_of_32(qtbot)
+    grid.resize(1410, 960)  # 1920 px less the meters dock: 7 columns of about 200 px
+    QApplication.processEvents()
+    assert grid.shape.cols == 7 and panes[0].header.width() < 205
+    pane = panes[0]
+    pane.set_info(PaneInfo(pane.info.session_id, pane.info.name, repo="inilite", branch=pane.info.branch,
+                           mode="Act", protocol="guided", state=S.QUEUED, detail="slow first token: p95 12 s > 8.0 s"))
+    line = pane.header.second_line()
+    assert line.state == "slow first token"
+    assert line.where.startswith("inilite")  # it read "Act · guided", the repository dropped

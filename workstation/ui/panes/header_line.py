@@ -1,5 +1,9 @@
-"""The pane header's second line fitted to its width: ``repo · branch · mode · marks`` on the
-left, the state (or why the session waits) on the right.
+"""The pane header's two lines fitted to its width. Row 1: the name, and its figures on the
+right (tok/s, tokens, cost); row 2: ``repo · branch · mode · marks`` on the left, the state
+(or why the session waits) on the right.
+
+Row 1 keeps the name whole before the figures: the cost goes first, then the token count;
+the live rate stays.
 
 At 32 panes on a 1920-px screen a tile is about 236 px wide: both halves never fit whole.
 The state comes first — it is what the user reads the grid for — so it keeps its full text
@@ -7,8 +11,10 @@ when that leaves the left side room to say which repository, a short form otherw
 engine left out as its subject ("engine queue: 158 waiting" → "queue: 158 waiting"), else the
 reason's headline, the words before its colon ("engine near full: holding at 24 generating"
 → "engine near full"). The left side then gives way part by part, the least telling first:
-the branch (``ws/<session name>``, the name again), the rules files, then the repository;
-mode, protocol and the marks that mean something (✓ ready, a dev server, background) stay.
+the branch (``ws/<session name>``, the name again), the rules files, the adapter, the
+protocol, the mode, and the repository last (at 200 px, with a dock open, "inventory ·
+slow first token" says more than "Act · guided · slow first token"); the marks that ask
+for something (✓ ready, a dev server) or say how it is scheduled (background) stay.
 The header's tooltip holds every word.
 """
 
@@ -24,7 +30,8 @@ SEPARATOR = " · "
 GAP_PX = 8
 """Between the left side and the state."""
 MIN_PART_CHARS = 3
-"""A part elided to fewer characters than this (plus "…") is dropped instead."""
+"""A part elided to fewer characters than this (plus "…"), or to half of its own or less
+("ws/…", "gui…"), is dropped instead: it would say nothing."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +42,34 @@ class WherePart:
 
 
 KEEP = 99
+
+
+FIGURES_SEPARATOR = "  "
+NAME_GAP_PX = 10
+"""Between the name and the figures."""
+
+
+@dataclass(frozen=True, slots=True)
+class FirstLine:
+    name: str
+    figures: str
+
+
+def fit_first_line(name: str, figures: Sequence[str], name_fm: QFontMetrics, fm: QFontMetrics,
+                   width_px: int) -> FirstLine:
+    """The name and as many of ``figures`` (most telling first) as leave it whole; the first
+    figure always shows, the name elided where even that leaves too little."""
+    shown = [f for f in figures if f]
+    name_w = name_fm.horizontalAdvance(name)
+
+    def room(parts: Sequence[str]) -> int:
+        text = FIGURES_SEPARATOR.join(parts)
+        return width_px - (fm.horizontalAdvance(text) + NAME_GAP_PX if text else 0)
+
+    while len(shown) > 1 and name_w > room(shown):
+        shown.pop()
+    return FirstLine(name_fm.elidedText(name, Qt.TextElideMode.ElideRight, max(10, room(shown))),
+                     FIGURES_SEPARATOR.join(shown))
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +112,8 @@ def fit_where(parts: Sequence[WherePart], fm: QFontMetrics, room_px: int) -> str
         rest = joined(texts)
         left = room_px - fm.horizontalAdvance(rest) - (fm.horizontalAdvance(SEPARATOR) if rest else 0)
         elided = fm.elidedText(parts[i].text, Qt.TextElideMode.ElideRight, max(0, left))
-        if len(elided.rstrip("…")) >= min(MIN_PART_CHARS, len(parts[i].text)):
+        kept = len(elided.rstrip("…"))
+        if elided == parts[i].text or (kept >= MIN_PART_CHARS and 2 * kept > len(parts[i].text)):
             texts[i] = elided
             return joined(texts)
         if fm.horizontalAdvance(rest) <= room_px:

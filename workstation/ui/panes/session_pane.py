@@ -23,7 +23,15 @@ from workstation.core.session_state import SessionState
 from workstation.ui import theme
 from workstation.ui.icons_fallback import safe_icon
 from workstation.ui.panes.approval_bar import ApprovalBar
-from workstation.ui.panes.header_line import KEEP, SecondLine, WherePart, fit_second_line, joined
+from workstation.ui.panes.header_line import (
+    KEEP,
+    FirstLine,
+    SecondLine,
+    WherePart,
+    fit_first_line,
+    fit_second_line,
+    joined,
+)
 from workstation.ui.panes.tail_view import TailView
 from workstation.ui.panes.transcript_doc import TranscriptDoc
 
@@ -72,10 +80,12 @@ class PaneInfo:
 
     def where_parts(self) -> tuple[WherePart, ...]:
         """The header's second line by part, each with how soon it gives way in a narrow tile
-        (``header_line``): the branch first (it repeats the name), the rules, the repository."""
+        (``header_line``): the branch first (it repeats the name), the rules, the adapter, the
+        protocol, the mode; the repository last of those, and never the marks of something to
+        do (ready to merge, a dev server) or of how it is scheduled (background)."""
         server = f"▶ :{self.server_url.rstrip('/').rsplit(':', 1)[-1]}" if self.server_url else ""
-        return (WherePart(self.repo, 2), WherePart(self.branch, 0), WherePart(self.mode, KEEP),
-                WherePart(self.protocol, KEEP), WherePart(f"⧉ {self.adapter}" if self.adapter else "", 3),
+        return (WherePart(self.repo, 5), WherePart(self.branch, 0), WherePart(self.mode, 4),
+                WherePart(self.protocol, 3), WherePart(f"⧉ {self.adapter}" if self.adapter else "", 2),
                 WherePart(self.rules_mark(), 1), WherePart("✓ ready" if self.ready else "", KEEP),
                 WherePart(server, KEEP), WherePart("background" if self.background else "", KEEP))
 
@@ -140,7 +150,6 @@ class PaneHeader(QWidget):
         p = QPainter(self)
         p.fillRect(self.rect(), pal.color(QPalette.ColorRole.Window))
         p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
-        fm = QFontMetrics(self.font())
         w = self.width()
         row = self._row_h
         look = info.look(pal)
@@ -149,7 +158,6 @@ class PaneHeader(QWidget):
             p.fillRect(self.rect(), theme.mix(pal.color(QPalette.ColorRole.Window), colour, 0.16))
         # Row 1: state icon (a dot while it works), name, tok/s on the right.
         dot = max(6, row // 2)
-        mark_w = dot
         if look.icon:
             mark_w = row - 2
             p.drawPixmap(3, 2 + (row - mark_w) // 2, state_pixmap(look.icon, colour, mark_w))
@@ -157,26 +165,20 @@ class PaneHeader(QWidget):
             p.setPen(Qt.PenStyle.NoPen)
             p.setBrush(colour)
             p.drawEllipse(QRectF(5, 2 + (row - dot) / 2, dot, dot))
-        rate = pane.display_rate()
-        right = f"{rate:.0f} t/s" if rate >= 0.5 else ""
-        tokens = info.tokens or pane.doc.tokens_flushed
-        if tokens:
-            right = f"{right}  {compact_count(tokens)} tok" if right else f"{compact_count(tokens)} tok"
-        if info.cost_usd:  # what the same tokens would have cost at the chosen paid API
-            right = f"{right}  {money(info.cost_usd)}"
         text = pal.color(QPalette.ColorRole.WindowText)
         dim = theme.mix(text, pal.color(QPalette.ColorRole.Window), 0.45)
-        right_w = fm.horizontalAdvance(right) + 6 if right else 0
-        p.setPen(dim)
-        if right:
-            p.drawText(QRect(0, 2, w - 5, row), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter, right)
         bold = self.font()
         bold.setBold(True)
+        name_x = self._name_x()
+        first = self.first_line()
+        p.setPen(dim)
+        if first.figures:
+            p.drawText(QRect(0, 2, w - 5, row), Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
+                       first.figures)
         p.setFont(bold)
         p.setPen(text)
-        name_x = 5 + mark_w + 5
-        name = QFontMetrics(bold).elidedText(info.name, Qt.TextElideMode.ElideRight, max(10, w - name_x - right_w - 4))
-        p.drawText(QRect(name_x, 2, w - name_x, row), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, name)
+        p.drawText(QRect(name_x, 2, w - name_x, row), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter,
+                   first.name)
         p.setFont(self.font())
         # Row 2: repo · branch · mode · protocol, state on the right (coloured only when it means something).
         line = self.second_line()
@@ -187,6 +189,34 @@ class PaneHeader(QWidget):
         p.setFont(self.font())
         p.setPen(dim)
         p.drawText(QRect(5, 2 + row, w - 10, row), Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter, line.where)
+
+    def _name_x(self) -> int:
+        """Where the name starts: after the state icon, or the smaller dot."""
+        mark_w = self._row_h - 2 if self._pane.info.look(self.palette()).icon else max(6, self._row_h // 2)
+        return 5 + mark_w + 5
+
+    def first_line(self) -> FirstLine:
+        """What row 1 shows at the header's width (``header_line.fit_first_line``)."""
+        bold = self.font()
+        bold.setBold(True)
+        return fit_first_line(self._pane.info.name, self.figures(), QFontMetrics(bold), QFontMetrics(self.font()),
+                              self.width() - self._name_x() - 5)
+
+    def figures(self) -> list[str]:
+        """Row 1's figures, most telling first: live tok/s, tokens, what they would have cost
+        at the chosen paid API (``header_line.fit_first_line`` drops from the end)."""
+        info = self._pane.info
+        rate = self._pane.display_rate()
+        tokens = info.tokens or self._pane.doc.tokens_flushed
+        return [f"{rate:.0f} t/s" if rate >= 0.5 else "", f"{compact_count(tokens)} tok" if tokens else "",
+                money(info.cost_usd) if info.cost_usd else ""]
+
+    def tip(self) -> str:
+        """Every word the header may elide: name, second line, state and why, figures."""
+        figures = [f for f in self.figures() if f]
+        if self._pane.info.cost_usd:
+            figures[-1] = f"{figures[-1]} at the paid API's prices"
+        return "\n".join(line for line in (self._pane.info.header_tip(), " · ".join(figures)) if line)
 
     def _state_bold(self) -> bool:
         look = self._pane.info.look(self.palette())
@@ -203,7 +233,7 @@ class PaneHeader(QWidget):
 
     def event(self, event: QEvent) -> bool:
         if event.type() is QEvent.Type.ToolTip and isinstance(event, QHelpEvent):
-            QToolTip.showText(event.globalPos(), self._pane.info.header_tip(), self)
+            QToolTip.showText(event.globalPos(), self.tip(), self)
             return True
         return super().event(event)
 
