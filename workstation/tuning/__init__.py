@@ -10,7 +10,8 @@ Modules
 ``capture``        :class:`capture.TrafficRecorder`: records finished requests from
                    ``ChatClient`` observers or ``Fleet.agent_event`` → ``core.traffic.TrafficShape``
 ``fleet_capture``  a bounded headless fleet run on the demo's sample repositories, recorded
-``workload``       token-exact synthetic prompts and the append-only replay of a shape
+``workload``       token-exact synthetic prompts and the replay of a shape (its captured prefix
+                   sharing, within and across sessions, and structured-outputs constraints)
 ``loadgen``        the app's own httpx load generator → :class:`results.BenchResult`
 ``bench_serve``    vLLM's ``vllm bench serve`` for synthetic workloads → the same result type
 ``bench``          a managed engine for a profile (always stopped), stamping and storing results
@@ -53,7 +54,8 @@ The panel never polls: it redraws from the signals listed.
    - numbers: ``requests``, ``sessions``, ``span_s``, ``request_rate_per_s``,
      ``prompt_tokens.p50/p90``, ``completion_tokens.p50/p90``, ``concurrency_mean/p90/max``,
      ``shared_prefix_share`` (0-1), ``prefix_cache_hit_rate`` (0-1 or None → "n/a") with
-     ``prefix_cache_source``, ``notes``;
+     ``prefix_cache_source``, ``guided_fraction`` (0-1: requests held to a structured-outputs
+     constraint) with ``constraint_kinds``, ``prefix_reuse`` (per-request percent shared), ``notes``;
    - action *Record live traffic*: ``rec = TrafficRecorder(name, http=http, endpoint=endpoint)``;
      ``rec.attach_fleet(fleet)``; ``await rec.start()``; a counter shows ``len(rec.records)``
      (refresh on the fleet's ``SessionStatsChanged`` tick, not a timer); *Stop* →
