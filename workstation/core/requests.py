@@ -97,8 +97,9 @@ def common_prefix_bytes(a: bytes, b: bytes) -> int:
 
 LEDGER_BLOCK_BYTES = 64
 """The ledger's unit: ~16 tokens of JSON, as a prefix cache keeps its blocks."""
-LEDGER_MAX_BLOCKS = 200_000
-"""Blocks kept (~13 MB of prompts' worth, as hashes): a fleet's recent requests."""
+LEDGER_MAX_BLOCKS = 65_536
+"""Blocks kept (4 MB of prompts, as ~6 MB of hashes): 32 sessions' last few rounds of 8k-token
+requests."""
 
 
 class PromptLedger:
