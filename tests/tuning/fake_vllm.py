@@ -42,6 +42,8 @@ class FakeEngine:
     prompts: list[list[int]] = field(default_factory=list)
     constraints_asked: list[dict[str, Any] | None] = field(default_factory=list)
     """Each completion request's ``structured_outputs`` (None: none)."""
+    constrained_stop_after: int | None = None
+    """End a constrained completion after this many tokens (as an engine whose grammar breaks)."""
 
 
 class FakeVllm:
@@ -105,6 +107,8 @@ class FakeVllm:
             for cut in range(1, len(prompt) // 16 + 1):
                 engine.seen_prefixes.add(tuple(prompt[: cut * 16]))
         plen = len(prompt) if isinstance(prompt, list) else 1
+        if body.get("structured_outputs") and engine.constrained_stop_after is not None:
+            n = min(n, engine.constrained_stop_after)
 
         async def stream():  # type: ignore[no-untyped-def]
             engine.running += 1

@@ -170,4 +170,5 @@ async def test_a_constrained_replay_generates_the_full_lengths(smollm2_engine: E
     assert result.failed == 0 and result.completed == 3, result.notes
     assert [t.choice_tokens for t in gen.timings] == [{0: 48}, {0: 40, 1: 40}, {0: 64}]
     assert result.output_tokens == 48 + 80 + 64
+    assert not any("ended before" in note for note in result.notes), result.notes
     assert refused.status_code == 400, refused.text[:300]

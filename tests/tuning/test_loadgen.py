@@ -338,3 +338,21 @@ def test_streams_take_the_next_session_in_turn_so_every_session_is_replayed_as_o
     # requests replayed per session follow the sessions' lengths (6 to 1), not one stream per session
     per_request = [played[i] / sessions[i] for i in range(len(sessions))]
     assert max(per_request) / min(per_request) < 1.5, (played, sessions)
+
+
+async def test_requests_the_engine_ended_before_their_length_are_reported():
+    """``ignore_eos`` forces every length, so a request that ends early was stopped by the
+    engine — as vLLM ends a request whose grammar rejected its tokens."""
+    shape = shape_from_records("g", [rec("a", 0, 64, 8, constraint="regex"), rec("a", 1, 80, 8)])
+    vllm = FakeVllm()
+    engine = vllm.add(token_delay_s=0.001)
+    engine.constrained_stop_after = 3
+    async with vllm.client() as http:
+        w = workload_from_shape(shape, concurrency=1, duration_s=30.0, warmup_s=0.0, max_requests=2)
+        result = await LoadGenerator(http, endpoint_of(engine), w, shape=shape).run()
+        assert result.completed == 2 and result.output_tokens == 3 + 8
+        assert any("1 of 2 requests ended before their length" in n for n in result.notes), result.notes
+        off = workload_from_shape(shape, concurrency=1, duration_s=30.0, warmup_s=0.0, max_requests=2,
+                                  constrained=False)
+        clean = await LoadGenerator(http, endpoint_of(engine), off, shape=shape).run()
+    assert not any("ended before" in n for n in clean.notes)

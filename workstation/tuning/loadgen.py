@@ -79,6 +79,8 @@ class RequestTiming:
     choices: int = 1
     choice_tokens: dict[int, int] = field(default_factory=dict)
     """Tokens counted per choice index (one entry unless it asked for several)."""
+    max_tokens: int = 0
+    """Each sequence's length asked for (``ignore_eos``: what it generates unless the engine ends it)."""
     done: bool = False
     error: str | None = None
 
@@ -210,7 +212,8 @@ class LoadGenerator:
         if planned.regex is not None:
             body["structured_outputs"] = {"regex": planned.regex}
         headers = {"Content-Type": "application/json", **self.endpoint.auth_headers()}
-        timing = RequestTiming(sent_s=time.monotonic(), prompt_tokens=len(planned.prompt), choices=planned.choices)
+        timing = RequestTiming(sent_s=time.monotonic(), prompt_tokens=len(planned.prompt), choices=planned.choices,
+                               max_tokens=planned.max_tokens)
         counted = timing.choice_tokens
         self.timings.append(timing)
         url = self.endpoint.v1 + "/completions"
@@ -369,6 +372,10 @@ class LoadGenerator:
         notes = []
         if self._first_error:
             notes.append(f"first error: {self._first_error[:200]}")
+        short = sum(1 for t in completed if t.output_tokens < t.max_tokens * t.choices)
+        if short:  # ignore_eos: only the engine ends a sequence early (a constraint it could not keep …)
+            notes.append(f"{short} of {len(completed)} requests ended before their length "
+                         "(the engine stopped them; with structured outputs: constrained decoding broke?)")
         return BenchResult(
             tool="loadgen", workload=self.workload, profile="?", profile_args=(), profile_env=(),
             engine_version="?", platform="?", model=self.endpoint.model, hardware={},
