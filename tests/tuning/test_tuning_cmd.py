@@ -50,3 +50,21 @@ def test_tune_report_json_line_has_the_interface_keys():
     assert [s["change"] for s in line["steps"]] == ["baseline (default)", "--max-num-seqs 4"]
     assert all(set(s) >= {"change", "output_tok_s", "delta_pct", "kept"} for s in line["steps"])
     assert line["noise_pct"] == 1.0 and line["not_run"][0]["note"].startswith("skipped")
+
+
+def test_no_constraints_turns_off_the_replays_structured_outputs(tmp_path):
+    import argparse
+
+    from workstation.commands.tuning_cmd import _workload, register
+    from workstation.core.requests import RequestRecord
+    from workstation.core.traffic import shape_from_records
+    from workstation.tuning.store import TuningStore
+
+    store = TuningStore(tmp_path)
+    store.save_shape(shape_from_records("guided", [RequestRecord("e", "m", "a", 0.0, 0.1, 1.0, 100, 10, 0, 0.1, True,
+                                                                 constraint="regex")]))
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers(dest="cmd"))
+    on, _, _ = _workload(parser.parse_args(["bench", "--shape", "guided"]), store)
+    off, _, _ = _workload(parser.parse_args(["bench", "--shape", "guided", "--no-constraints"]), store)
+    assert on.constrained and not off.constrained and "no constraints" in off.describe()
