@@ -114,6 +114,48 @@ async def test_keeps_only_gains_above_twice_the_noise_and_builds_on_them():
     assert "noise" in report.table()[-1]
 
 
+def _runs(tok_s: float, ttft_p95_ms: float, ended_early: int = 0):
+    from dataclasses import replace
+
+    from tests.tuning.test_screening import _result
+
+    return replace(_result(tok_s, ttft_p95_ms), ended_early=ended_early)
+
+
+def test_the_verdict_guards_ttft_and_refuses_a_change_that_ends_requests_early():
+    from workstation.tuning.autotune import RunsSummary, verdict
+
+    base = RunsSummary.of(100.0, [_runs(100, 80)])
+    assert verdict(base, RunsSummary.of(130.0, [_runs(130, 85)]), 5.0) == (pytest.approx(30.0), True, "")
+    delta, kept, note = verdict(base, RunsSummary.of(130.0, [_runs(130, 95)]), 5.0)  # +19 % TTFT p95
+    assert not kept and "TTFT p95 95 ms vs 80 ms" in note
+    # ignore_eos: only the engine ends a request early (the H200's n-gram drafts under a grammar)
+    delta, kept, note = verdict(base, RunsSummary.of(117.0, [_runs(117, 60, ended_early=4)]), 5.0)
+    assert delta == pytest.approx(17.0) and not kept and "ended 40% of the requests before their length" in note
+    # what the baseline does too is no fault of the change
+    early = RunsSummary.of(100.0, [_runs(100, 80, ended_early=4)])
+    assert verdict(early, RunsSummary.of(130.0, [_runs(130, 80, ended_early=4)]), 5.0)[1]
+
+
+async def test_the_sequential_tuner_has_the_same_guards():
+    calls = []
+    scripted = [[100, 101, 99], [140, 141, 139], [130, 131, 129], [120, 121, 119]]
+    p95 = [80, 120, 81, 80]
+    early = [0, 0, 0, 5]
+
+    tuner, _ = make_tuner(scripted)
+
+    async def measure(profile: Profile):
+        i = len(calls)
+        calls.append(profile)
+        return _Measured(list(scripted[i]), [_runs(x, p95[i], early[i]) for x in scripted[i]], start_s=0.0)
+
+    tuner._measure_override = measure
+    report = await tuner.run()
+    assert [s.kept for s in report.steps] == [True, False, True, False]
+    assert "TTFT p95" in report.steps[1].note and "before their length" in report.steps[3].note
+
+
 async def test_noise_raises_the_bar():
     tuner, _ = make_tuner([[90, 100, 110], [106, 105, 107], [100, 100, 100], [100, 100, 100]])
     report = await tuner.run()

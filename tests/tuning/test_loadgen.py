@@ -352,6 +352,7 @@ async def test_requests_the_engine_ended_before_their_length_are_reported():
         result = await LoadGenerator(http, endpoint_of(engine), w, shape=shape).run()
         assert result.completed == 2 and result.output_tokens == 3 + 8
         assert any("1 of 2 requests ended before their length" in n for n in result.notes), result.notes
+        assert result.ended_early == 1  # what the tuner's verdict reads
         off = workload_from_shape(shape, concurrency=1, duration_s=30.0, warmup_s=0.0, max_requests=2,
                                   constrained=False)
         clean = await LoadGenerator(http, endpoint_of(engine), off, shape=shape).run()

@@ -183,6 +183,46 @@ def decide(best_tok_s: float, candidate_tok_s: float, noise_pct: float) -> tuple
     return delta, delta > 2.0 * noise_pct
 
 
+TTFT_GUARD_PCT = 10.0
+"""A change that clears the noise is still refused when its TTFT p95 is worse than this."""
+EARLY_ENDING_SLACK = 0.01
+"""Share of requests a change may end early beyond what the baseline's did."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunsSummary:
+    """What a verdict reads of one engine's runs on a workload."""
+
+    tok_s: float
+    ttft_p95_ms: float | None
+    ended_early_share: float = 0.0
+
+    @classmethod
+    def of(cls, tok_s: float, results: Sequence[BenchResult]) -> RunsSummary:
+        """``tok_s``: the runs' mean output tok/s; TTFT and early endings from ``results``."""
+        p95s = [r.ttft.p95_ms for r in results if r.ttft.p95_ms is not None]
+        done = sum(r.completed for r in results)
+        return cls(tok_s, statistics.fmean(p95s) if p95s else None,
+                   sum(r.ended_early for r in results) / done if done else 0.0)
+
+
+def verdict(base: RunsSummary, candidate: RunsSummary, noise_pct: float, *,
+            ttft_guard_pct: float = TTFT_GUARD_PCT) -> tuple[float, bool, str]:
+    """Δ% against ``base``, whether the change is kept, and why not where it gains: it must
+    clear twice the noise, keep TTFT p95 within the guard and end no more requests early
+    than the baseline did (beyond :data:`EARLY_ENDING_SLACK`)."""
+    delta, kept = decide(base.tok_s, candidate.tok_s, noise_pct)
+    if candidate.ended_early_share > base.ended_early_share + EARLY_ENDING_SLACK:
+        return delta, False, (f"refused: the engine ended {100 * candidate.ended_early_share:.0f}% of the requests "
+                              f"before their length ({100 * base.ended_early_share:.0f}% on the baseline): "
+                              "decoding breaks with this change")
+    if kept and base.ttft_p95_ms and candidate.ttft_p95_ms \
+            and candidate.ttft_p95_ms > base.ttft_p95_ms * (1 + ttft_guard_pct / 100):
+        return delta, False, (f"refused: TTFT p95 {candidate.ttft_p95_ms:.0f} ms vs {base.ttft_p95_ms:.0f} ms "
+                              f"(guard +{ttft_guard_pct:.0f}%)")
+    return delta, kept, ""
+
+
 @dataclass(frozen=True, slots=True)
 class TuneStep:
     step: int
@@ -269,6 +309,9 @@ class _Measured:
     def mean(self) -> float:
         return statistics.fmean(self.runs)
 
+    def summary(self) -> RunsSummary:
+        return RunsSummary.of(self.mean, self.results)
+
 
 class Autotuner:
     """Runs the loop; ``step_done(TuneStep)`` after each step, ``progress(str)`` for words."""
@@ -296,8 +339,10 @@ class Autotuner:
         log_dir: Path,
         env: dict[str, str] | None = None,
         measure: Callable[[Profile], Any] | None = None,
+        ttft_guard_pct: float = TTFT_GUARD_PCT,
     ) -> None:
         self.settings = settings
+        self.ttft_guard_pct = ttft_guard_pct
         self.engine = engine
         self.model = model
         self.http = http
@@ -380,7 +425,7 @@ class Autotuner:
             return report
         self._eager_start_s = measured.start_s
         self._groups.append(measured.runs)
-        best_tok_s = measured.mean
+        best_tok_s, best_runs = measured.mean, measured.summary()
         report.baseline_tok_s = best_tok_s
         base_step = self._step(0, f"baseline ({best.name})", measured, 0.0, True)
         report.steps.append(base_step)
@@ -421,24 +466,25 @@ class Autotuner:
                 continue
             self._groups.append(measured.runs)
             noise = pooled_noise_pct(self._groups)
-            delta, kept = decide(best_tok_s, measured.mean, noise)
-            step = self._step(index, cand.change, measured, delta, kept)
+            delta, kept, note = verdict(best_runs, measured.summary(), noise, ttft_guard_pct=self.ttft_guard_pct)
+            step = self._step(index, cand.change, measured, delta, kept, note)
             report.steps.append(step)
             self.step_done.emit(step)
             if kept:
                 best, best_tok_s = replace(trial, name=f"tuned-{self.baseline.name}"), measured.mean
+                best_runs = measured.summary()
         report.noise_pct = pooled_noise_pct(self._groups)
         report.best_profile = best
         report.best_tok_s = best_tok_s
         report.elapsed_s = time.monotonic() - t0
         return report
 
-    def _step(self, index: int, change: str, m: _Measured, delta: float, kept: bool) -> TuneStep:
+    def _step(self, index: int, change: str, m: _Measured, delta: float, kept: bool, note: str = "") -> TuneStep:
         last = m.results[-1] if m.results else None
         mean_total = statistics.fmean(r.total_tok_s for r in m.results) if m.results else None
         return TuneStep(
             step=index, change=change, output_tok_s=m.mean, delta_pct=delta, kept=kept, runs_tok_s=tuple(m.runs),
             cv_pct=cv_pct(m.runs), total_tok_s=mean_total,
             ttft_p50_ms=last.ttft.p50_ms if last else None, tpot_p50_ms=last.tpot.p50_ms if last else None,
-            start_s=m.start_s,
+            start_s=m.start_s, note=note,
         )

@@ -389,7 +389,7 @@ class LoadGenerator:
             prefix_cache_hit_rate=(hits / queries) if hits is not None and queries else None,
             preemptions=_counter_delta(a, b, "preemptions"),
             spec_acceptance_rate=(accepted / drafts) if accepted is not None and drafts else None,
-            endpoint=self.endpoint.base_url, notes=tuple(notes),
+            endpoint=self.endpoint.base_url, notes=tuple(notes), ended_early=short,
         )
 
 

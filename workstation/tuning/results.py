@@ -168,6 +168,10 @@ class BenchResult:
     spec_acceptance_rate: float | None = None
     endpoint: str = ""
     created_s: float = field(default_factory=time.time)
+    ended_early: int = 0
+    """Completed requests with fewer tokens than asked for. The load generator asks with
+    ``ignore_eos``, so only the engine ends one early: a change that breaks decoding (a
+    grammar rejecting draft tokens, vLLM issue #49694) shows here, not as a faster run."""
     notes: tuple[str, ...] = ()
     result_id: str = ""
 

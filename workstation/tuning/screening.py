@@ -51,7 +51,9 @@ from workstation.engine.launcher import EngineLauncher
 from workstation.engine.models import ModelSpec
 from workstation.core.endpoints import Endpoint
 from workstation.tuning.agent_check import AgentCheck, refusal
-from workstation.tuning.autotune import Candidate, TuneReport, TuneStep, cv_pct, decide, pooled_noise_pct
+from workstation.tuning.autotune import (
+    TTFT_GUARD_PCT, Candidate, RunsSummary, TuneReport, TuneStep, cv_pct, pooled_noise_pct, verdict,
+)
 from workstation.tuning.bench import BenchContext, run_workload
 from workstation.tuning.checks import ModelTraits, check_profile
 from workstation.tuning.results import BenchResult, Slo, Workload, describe_hardware
@@ -60,7 +62,6 @@ from workstation.tuning.store import TuningStore, safe_name
 log = logging.getLogger(__name__)
 
 GIB = 1 << 30
-TTFT_GUARD_PCT = 10.0
 
 
 class RunObserver(Protocol):
@@ -312,14 +313,8 @@ class ScreeningTuner:
 
     # ----- decisions -----
     def _verdict(self, base: Measured, m: Measured, noise: float) -> tuple[float, bool, str]:
-        delta, clears = decide(base.mean, m.mean, noise)
-        note = ""
-        if clears and base.ttft_p95_ms and m.ttft_p95_ms \
-                and m.ttft_p95_ms > base.ttft_p95_ms * (1 + self.ttft_guard_pct / 100):
-            clears = False
-            note = (f"refused: TTFT p95 {m.ttft_p95_ms:.0f} ms vs {base.ttft_p95_ms:.0f} ms "
-                    f"(guard +{self.ttft_guard_pct:.0f}%)")
-        return delta, clears, note
+        return verdict(RunsSummary.of(base.mean, base.results), RunsSummary.of(m.mean, m.results), noise,
+                       ttft_guard_pct=self.ttft_guard_pct)
 
     @staticmethod
     def combine(baseline: Profile, kept: Sequence[tuple[Candidate, float]]) -> Profile:
