@@ -34,9 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from workstation.config import load_settings  # noqa: E402
 from workstation.core import agent_events as ev  # noqa: E402
 from workstation.core.session_state import SessionState  # noqa: E402
-from workstation.engine.acquire import external_endpoint  # noqa: E402
 from workstation.fleet.demo_run import demo_specs, prepare_demo  # noqa: E402
-from workstation.services import Services  # noqa: E402
+from workstation.services import Services, served_endpoint  # noqa: E402
 
 TEST_TIMEOUT_S = 120.0
 
@@ -161,12 +160,8 @@ def table(result: dict) -> str:
 
 async def main(args: argparse.Namespace) -> dict:
     settings = load_settings()
-    if args.endpoint:
-        endpoint = await external_endpoint(args.endpoint, args.api_key, args.model)
-        return await run(args, endpoint, settings)
-    async with Services(settings) as services:  # the managed engine, stopped at the end
-        engine = await services.engine(model=args.model or "smollm2")
-        endpoint = await engine.start(progress=lambda m: print(f"engine: {m}", file=sys.stderr))
+    async with served_endpoint(settings, args.endpoint, args.api_key, args.model,
+                               say=lambda m: print(f"engine: {m}", file=sys.stderr)) as endpoint:
         return await run(args, endpoint, settings)
 
 

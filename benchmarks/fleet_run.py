@@ -35,9 +35,8 @@ from workstation.config import load_settings  # noqa: E402
 from workstation.core import agent_events as ev  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
 from workstation.core.session_state import SessionState  # noqa: E402
-from workstation.engine.acquire import external_endpoint  # noqa: E402
 from workstation.fleet import SessionSpec  # noqa: E402
-from workstation.services import Services  # noqa: E402
+from workstation.services import Services, served_endpoint  # noqa: E402
 from workstation.fleet.sample_repos import scratch_repository  # noqa: E402
 from workstation.tuning.agent_check import FILES, TASKS, counter_delta  # noqa: E402  (the agent check's repository)
 from workstation.tuning.loadgen import read_metrics  # noqa: E402
@@ -142,12 +141,9 @@ async def run(args: argparse.Namespace, endpoint: Endpoint, observe=None) -> dic
 
 
 async def main(args: argparse.Namespace) -> dict:
-    if args.endpoint:
-        endpoint = await external_endpoint(args.endpoint, args.api_key, args.model)
-        return await run(args, endpoint)
-    async with Services(load_settings()) as services:  # the managed engine, stopped at the end
-        engine = await services.engine(model=args.model or "smollm2")
-        endpoint = await engine.start(progress=lambda m: print(f"engine: {m}", file=sys.stderr))
+    settings = load_settings()
+    async with served_endpoint(settings, args.endpoint, args.api_key, args.model,
+                               say=lambda m: print(f"engine: {m}", file=sys.stderr)) as endpoint:
         return await run(args, endpoint)
 
 

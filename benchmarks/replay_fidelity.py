@@ -34,8 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workstation.config import load_settings  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
-from workstation.engine.acquire import external_endpoint  # noqa: E402
-from workstation.services import Services  # noqa: E402
+from workstation.services import Services, served_endpoint  # noqa: E402
 from workstation.tuning.capture import TrafficRecorder  # noqa: E402
 from workstation.tuning.fleet_capture import estimate_common_prefix  # noqa: E402
 from workstation.tuning.loadgen import LoadGenerator, workload_from_shape  # noqa: E402
@@ -130,11 +129,9 @@ async def run(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, Any]:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    if args.endpoint:
-        return await run(args, await external_endpoint(args.endpoint, args.api_key, args.model))
-    async with Services(load_settings()) as services:  # the managed engine, stopped at the end
-        engine = await services.engine(model=args.model or "smollm2")
-        endpoint = await engine.start(progress=lambda m: print(f"engine: {m}", file=sys.stderr))
+    settings = load_settings()
+    async with served_endpoint(settings, args.endpoint, args.api_key, args.model,
+                               say=lambda m: print(f"engine: {m}", file=sys.stderr)) as endpoint:
         return await run(args, endpoint)
 
 

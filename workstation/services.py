@@ -28,7 +28,7 @@ import contextlib
 import functools
 import logging
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -394,3 +394,19 @@ def shutdown_stage(what: str) -> Iterator[None]:
         yield
     except Exception:  # noqa: BLE001 - shut-down goes on; the failure is in the log
         log.exception("shutdown: %s failed", what)
+
+
+@contextlib.asynccontextmanager
+async def served_endpoint(settings: Settings, url: str | None = None, api_key: str = "", model: str | None = None,
+                          *, say: Callable[[str], None] | None = None) -> AsyncIterator[Endpoint]:
+    """What a benchmark runs against: the endpoint at ``url`` where one is given, else the
+    managed engine serving ``model`` (default the embedded SmolLM2), started here and stopped
+    when the block ends."""
+    if url:
+        from workstation.engine.acquire import external_endpoint
+
+        yield await external_endpoint(url, api_key, model)
+        return
+    async with Services(settings) as services:
+        engine = await services.engine(model=model or "smollm2")
+        yield await engine.start(progress=say)
