@@ -38,7 +38,8 @@ from workstation.core.session_state import SessionState  # noqa: E402
 from workstation.fleet import SessionSpec  # noqa: E402
 from workstation.services import Services, served_endpoint  # noqa: E402
 from workstation.fleet.sample_repos import scratch_repository  # noqa: E402
-from workstation.tuning.agent_check import FILES, TASKS, counter_delta  # noqa: E402  (the agent check's repository)
+from workstation.tuning.agent_check import FILES, TASKS  # noqa: E402  (the agent check's repository)
+from workstation.tuning.loadgen import counter_delta  # noqa: E402
 from workstation.tuning.loadgen import read_metrics  # noqa: E402
 
 async def run(args: argparse.Namespace, endpoint: Endpoint, observe=None) -> dict:  # type: ignore[no-untyped-def]

@@ -10,7 +10,8 @@ import pytest
 from workstation.core.endpoints import Endpoint
 from workstation.core.profiles import Profile
 from workstation.telemetry.vllm_metrics import parse_metrics
-from workstation.tuning.agent_check import AgentCheck, counter_delta, refusal, run_agent_check
+from workstation.tuning.agent_check import AgentCheck, refusal, run_agent_check
+from workstation.tuning.loadgen import counter_delta
 from workstation.tuning.autotune import Candidate, TuneReport, TuneStep
 from workstation.tuning.results import Workload
 from workstation.tuning.screening import Measured, Trial

@@ -36,8 +36,7 @@ from workstation.core.endpoints import Endpoint
 from workstation.core.session_state import SessionState
 from workstation.fleet import SessionSpec
 from workstation.fleet.sample_repos import scratch_repository
-from workstation.telemetry.vllm_metrics import MetricsReading
-from workstation.tuning.loadgen import read_metrics
+from workstation.tuning.loadgen import counter_delta, read_metrics
 
 FILES = {  # the scratch repository the check's sessions work in
     "README.md": "# calc\n\nA tiny calculator library.\n",
@@ -117,14 +116,6 @@ class AgentCheck:
                 "spec_draft_tokens": self.spec_draft_tokens, "spec_accepted_tokens": self.spec_accepted_tokens,
                 "spec_acceptance_rate": self.spec_acceptance_rate, "states": self.states,
                 "why_not_done": self.why_not_done}
-
-
-def counter_delta(before: MetricsReading | None, after: MetricsReading | None, key: str) -> float | None:
-    """How much counter ``key`` (the telemetry parser's name) grew between two readings."""
-    if before is None or after is None:
-        return None
-    a, b = before.counter(key), after.counter(key)
-    return None if a is None or b is None else b - a
 
 
 def _rate(part: float | None, whole: float | None) -> float | None:

@@ -141,7 +141,8 @@ async def read_metrics(http: httpx.AsyncClient, endpoint: Endpoint) -> MetricsRe
         return None
 
 
-def _counter_delta(a: MetricsReading | None, b: MetricsReading | None, key: str) -> float | None:
+def counter_delta(a: MetricsReading | None, b: MetricsReading | None, key: str) -> float | None:
+    """How much counter ``key`` (the telemetry parser's name) grew between two readings."""
     if a is None or b is None:
         return None
     x, y = a.counter(key), b.counter(key)
@@ -365,10 +366,10 @@ class LoadGenerator:
                     itls.append(ts - prev)
                 prev = ts
         a, b = metrics_at.get("start"), metrics_at.get("end")
-        queries = _counter_delta(a, b, "prefix_cache_queries")
-        hits = _counter_delta(a, b, "prefix_cache_hits")
-        drafts = _counter_delta(a, b, "spec_draft_tokens")
-        accepted = _counter_delta(a, b, "spec_accepted_tokens")
+        queries = counter_delta(a, b, "prefix_cache_queries")
+        hits = counter_delta(a, b, "prefix_cache_hits")
+        drafts = counter_delta(a, b, "spec_draft_tokens")
+        accepted = counter_delta(a, b, "spec_accepted_tokens")
         notes = []
         if self._first_error:
             notes.append(f"first error: {self._first_error[:200]}")
@@ -387,7 +388,7 @@ class LoadGenerator:
             itl=LatencyStats.of_seconds(itls), e2e=LatencyStats.of_seconds(e2es), slo=self.slo,
             goodput_req_s=good / span, goodput_pct=(100.0 * good / len(completed)) if completed else None,
             prefix_cache_hit_rate=(hits / queries) if hits is not None and queries else None,
-            preemptions=_counter_delta(a, b, "preemptions"),
+            preemptions=counter_delta(a, b, "preemptions"),
             spec_acceptance_rate=(accepted / drafts) if accepted is not None and drafts else None,
             endpoint=self.endpoint.base_url, notes=tuple(notes), ended_early=short,
         )
