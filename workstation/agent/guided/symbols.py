@@ -9,10 +9,19 @@ from __future__ import annotations
 
 import ast
 import textwrap
+import warnings
 from dataclasses import dataclass
 
 from pyflakes import checker as pyflakes_checker
 from pyflakes import messages as pyflakes_messages
+
+def parse_quietly(text: str) -> ast.Module:
+    """``ast.parse`` without its SyntaxWarnings ("invalid decimal literal" in a draft's ``1st``
+    or a stray backslash) on stderr: a model's draft is data, not code we run."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SyntaxWarning)
+        return ast.parse(text)
+
 
 WHOLE_FILE = "(whole file)"
 """The edit target that rewrites a whole file (any text file, or Python that does not parse)."""
@@ -56,7 +65,7 @@ def python_symbols(text: str) -> list[Symbol] | None:
     """Functions, classes, methods (``Class.method``) and top-level ``NAME = …`` of ``text``,
     in file order; None when the text is not valid Python."""
     try:
-        tree = ast.parse(text)
+        tree = parse_quietly(text)
     except (SyntaxError, ValueError):
         return None
     found: list[Symbol] = []
@@ -121,7 +130,7 @@ def replace_symbol(text: str, symbol: Symbol, new_code: str) -> str:
 def parses(text: str) -> str | None:
     """None when ``text`` is valid Python, else the error in one line."""
     try:
-        ast.parse(text)
+        parse_quietly(text)
     except SyntaxError as exc:
         return f"line {exc.lineno}: {exc.msg}"
     except ValueError as exc:
@@ -133,7 +142,7 @@ def undefined_names(text: str) -> set[str] | None:
     """The names Python ``text`` uses and neither defines, imports nor has as a builtin
     (pyflakes' scope rules); None when it does not parse."""
     try:
-        tree = ast.parse(text)
+        tree = parse_quietly(text)
     except (SyntaxError, ValueError):
         return None
     found = pyflakes_checker.Checker(tree, filename="draft.py").messages
@@ -154,8 +163,8 @@ def twin_function(code: str, text: str) -> str | None:
     its name or None: a new ``sub(a, b)`` whose body is ``add``'s copied (``return a + b``)
     is no new function."""
     try:
-        new = ast.parse(textwrap.dedent(code)).body
-        old = ast.parse(text).body
+        new = parse_quietly(textwrap.dedent(code)).body
+        old = parse_quietly(text).body
     except (SyntaxError, ValueError):
         return None
     if len(new) != 1 or not isinstance(new[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -173,7 +182,7 @@ def program_key(code: str) -> str | None:
     (comments, layout and quoting are not in it either); None when it does not parse. A
     small model's drafts often differ from the code as read, or from each other, only there."""
     try:
-        tree = ast.parse(textwrap.dedent(code))
+        tree = parse_quietly(textwrap.dedent(code))
     except (SyntaxError, ValueError):
         return None
     for node in ast.walk(tree):
