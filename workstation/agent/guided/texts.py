@@ -7,6 +7,8 @@ and are not kept in the history.
 
 from __future__ import annotations
 
+from workstation.agent.guided.symbols import new_function_signature
+
 SYSTEM_PROMPT_GUIDED = """\
 You are a coding agent. You fix small problems in a project. Each reply is one tool call.
 
@@ -33,8 +35,8 @@ def step_hint(hint: str) -> str:
 def code_request(*, path: str, target: str, task: str, before: str, language: str,
                  failure: str, new_file: bool) -> str:
     """Ask for the new code of one target (the reply is held to a ``` block)."""
-    if target.startswith("(new function "):
-        what = f"the new function `{target[len('(new function '):-1]}` to add to {path}"
+    if (signature := new_function_signature(target)) is not None:
+        what = f"the new function `{signature}` to add to {path}"
     else:
         what = f"the content of the new file {path}" if new_file else (
             f"the whole new {path}" if target.startswith("(") else f"the new code of `{target}` in {path}")
