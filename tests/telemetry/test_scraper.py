@@ -61,7 +61,31 @@ async def test_down_endpoint_is_a_sample_not_an_exception() -> None:
         c = await s.scrape_once()
         d = await s.scrape_once()
         assert c.up and c.generation_tokens_per_s is None  # back up: a fresh baseline
+        assert c.windowed_generation_tokens_per_s is None  # its rate window too
         assert d.generation_tokens_per_s is not None and d.generation_tokens_per_s > 0
+        assert d.windowed_generation_tokens_per_s == pytest.approx(d.generation_tokens_per_s)  # one interval so far
+        assert d.rate_window_s == pytest.approx(d.interval_s)
+
+
+async def test_the_set_gives_every_scraper_its_rate_window() -> None:
+    """``ScraperSet(rate_window_s=…)`` → each ``MetricsScraper`` → its ``MetricsDeriver``,
+    and a scraper pointed at a restarted engine keeps it."""
+    from workstation.telemetry.scrapers import ScraperSet
+    from workstation.telemetry.streams import TOKEN_RATE_WINDOW_S
+
+    async with scripted([]) as http:
+        default = ScraperSet(http).add(EP)
+        assert default.deriver.rate_window_s == TOKEN_RATE_WINDOW_S
+        scrapers = ScraperSet(http, window_s=30.0, rate_window_s=3.0)
+        scraper = scrapers.add(EP)
+        assert (scraper.deriver.window_s, scraper.deriver.rate_window_s) == (30.0, 3.0)
+        moved = Endpoint(base_url="http://engine.test:9", api_key="k2", model="smollm2", name="local")
+        scrapers.follow(moved)  # the engine restarted on another port
+        assert scrapers.scrapers["local"] is scraper and scraper.endpoint == moved
+        assert (scraper.deriver.window_s, scraper.deriver.rate_window_s) == (30.0, 3.0)
+        other = scrapers.add(Endpoint(base_url="http://other.test", api_key="", model="m", name="other"))
+        assert other.deriver.rate_window_s == 3.0
+        await scrapers.aclose()
 
 
 async def test_periodic_loop_starts_and_stops() -> None:
@@ -88,7 +112,9 @@ async def test_real_engine_meters_match_the_stream(smollm2_engine: Endpoint) -> 
         before = await scraper.scrape_once()
         assert before.up and before.model
         rates: list[float] = []
+        windowed: list[float] = []
         scraper.sampled.connect(lambda s: rates.append(s.generation_tokens_per_s or 0.0))
+        scraper.sampled.connect(lambda s: windowed.append(s.windowed_generation_tokens_per_s or 0.0))
         await scraper.start()
         client = ChatClient(http, smollm2_engine)
         usage = None
@@ -114,7 +140,7 @@ async def test_real_engine_meters_match_the_stream(smollm2_engine: Endpoint) -> 
     # the engine counted at least our 64 tokens (other clients of the dev engine may add more)
     assert after.generation_tokens_total - before.generation_tokens_total >= 64
     assert after.prompt_tokens_total - before.prompt_tokens_total >= usage.prompt_tokens
-    assert max(rates) > 0
+    assert max(rates) > 0 and max(windowed) > 0
 
 
 async def test_an_endpoint_without_metrics_is_no_metrics_not_down() -> None:

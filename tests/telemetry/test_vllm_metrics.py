@@ -198,6 +198,7 @@ def test_engine_restart_restarts_the_window() -> None:
     s = d.update(parse_metrics(exposition(gen=10, prompt=30, finished=1), 1.0))
     assert s.restarted
     assert s.generation_tokens_per_s is None
+    assert s.windowed_generation_tokens_per_s is None and s.rate_window_s is None  # its window too
     after = d.update(parse_metrics(exposition(gen=110, prompt=30, finished=1), 2.0))
     assert not after.restarted and after.generation_tokens_per_s == pytest.approx(100.0)
 
@@ -219,3 +220,57 @@ def test_sample_to_dict_says_na() -> None:
     assert out["spec_acceptance_rate_pct"] == "n/a"
     assert out["error"] is None
     assert out["generation_tokens_total"] == 1
+
+
+def test_the_windowed_rate_is_steady_between_a_cpu_engines_bursts() -> None:
+    """A CPU engine generates in bursts between prefills of several seconds: here 15 tokens in
+    each of two scrapes, then three scrapes of nothing, over and over (6 tok/s on average).
+    The one-interval rate swings between 15 and 0; over the 5-s rate window the rate holds
+    at 6 — what the meter strip and the dock show beside the panes' 5-s streamed rates."""
+    d = MetricsDeriver("local", rate_window_s=5.0)
+    assert d.rate_window_s == 5.0
+    total, samples = 0.0, []
+    for i in range(25):
+        if i > 0 and i % 5 in (1, 2):
+            total += 15
+        samples.append(d.update(parse_metrics(exposition(gen=total, prompt=4 * total), 100.0 + i)))
+    first, filling, filled = samples[0], samples[1:5], samples[5:]
+    assert first.windowed_generation_tokens_per_s is None  # one reading: no rate
+    # less than a window of readings yet: the rate over what there is
+    assert [s.rate_window_s for s in filling] == pytest.approx([1.0, 2.0, 3.0, 4.0])
+    assert [s.windowed_generation_tokens_per_s for s in filling] == pytest.approx([15.0, 15.0, 10.0, 7.5])
+    one_second = [s.generation_tokens_per_s for s in filled]
+    assert one_second.count(0.0) == 12 and max(one_second) == 15.0  # 0 on three scrapes in five
+    assert all(s.rate_window_s == pytest.approx(5.0) for s in filled)
+    assert [s.windowed_generation_tokens_per_s for s in filled] == pytest.approx([6.0] * 20)
+    assert [s.windowed_prompt_tokens_per_s for s in filled] == pytest.approx([24.0] * 20)
+
+
+def test_the_windowed_rate_never_reads_zero_between_bursts_on_a_real_cadence() -> None:
+    """Scrapes are stamped at their requests' midpoints, a few ms off the 1-s beat: the
+    window's base is then 5 or 6 intervals back, and bursts every three scrapes fall into
+    it once or twice. The rate moves within a band; it does not drop to 0 as the
+    one-interval rate does on two scrapes in three."""
+    d = MetricsDeriver("local", rate_window_s=5.0)
+    total, windowed, one_second = 0.0, [], []
+    for i in range(40):
+        if i % 3 == 0:
+            total += 12  # 4 tok/s on average
+        jitter_s = (0.004, -0.003, 0.007, -0.006, 0.001)[i % 5]
+        s = d.update(parse_metrics(exposition(gen=total), 100.0 + i + jitter_s))
+        if i >= 6:
+            assert s.rate_window_s is not None and 4.9 < s.rate_window_s < 6.1
+            windowed.append(s.windowed_generation_tokens_per_s)
+            one_second.append(s.generation_tokens_per_s)
+    assert one_second.count(0.0) >= 20 and min(one_second) == 0.0
+    assert min(windowed) >= 12 / 6.1 and max(windowed) <= 24 / 4.9  # one burst, or two, in the window
+    assert sum(windowed) / len(windowed) == pytest.approx(4.0, rel=0.25)
+
+
+def test_the_rate_window_is_at_most_the_history_kept() -> None:
+    d = MetricsDeriver("local", window_s=3.0, rate_window_s=5.0)
+    assert d.rate_window_s == 3.0
+    for t in range(6):
+        s = d.update(parse_metrics(exposition(gen=10.0 * t * t), float(t)))
+    assert s.rate_window_s == pytest.approx(3.0)
+    assert s.windowed_generation_tokens_per_s == pytest.approx((250 - 40) / 3)

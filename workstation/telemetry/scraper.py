@@ -17,6 +17,7 @@ from psygnal import Signal
 
 from workstation.core.endpoints import Endpoint
 from workstation.telemetry.cadence import Cadence, cancel_and_wait
+from workstation.telemetry.streams import TOKEN_RATE_WINDOW_S
 from workstation.telemetry.vllm_metrics import (
     EngineMetricsSample,
     MetricsDeriver,
@@ -43,11 +44,13 @@ class MetricsScraper:
         *,
         interval_s: float = 1.0,
         window_s: float = 60.0,
+        rate_window_s: float = TOKEN_RATE_WINDOW_S,
     ) -> None:
+        """``window_s``, ``rate_window_s``: the deriver's (:class:`MetricsDeriver`)."""
         self._http = http
         self.endpoint = endpoint
         self._interval_s = max(0.05, interval_s)
-        self.deriver = MetricsDeriver(endpoint.name, window_s=window_s)
+        self.deriver = MetricsDeriver(endpoint.name, window_s=window_s, rate_window_s=rate_window_s)
         self._task: asyncio.Task[None] | None = None
         self._was_up: bool | None = None
         self.latest: EngineMetricsSample | None = None
@@ -102,7 +105,9 @@ class MetricsScraper:
         """Scrape ``endpoint`` from the next scrape on (the engine restarted on a new port and
         key, or a switch left another engine serving): its counters start afresh."""
         self.endpoint = endpoint
-        self.deriver = MetricsDeriver(endpoint.name, window_s=self.deriver.window_s)
+        old = self.deriver
+        self.deriver = MetricsDeriver(endpoint.name, window_s=old.window_s, recent_window_s=old.recent_window_s,
+                                      rate_window_s=old.rate_window_s)
         self._was_up = None
         self.latest = None
 

@@ -15,6 +15,7 @@ from psygnal import Signal
 
 from workstation.core.endpoints import Endpoint
 from workstation.telemetry.scraper import MetricsScraper
+from workstation.telemetry.streams import TOKEN_RATE_WINDOW_S
 from workstation.telemetry.vllm_metrics import EngineMetricsSample
 
 log = logging.getLogger(__name__)
@@ -25,10 +26,14 @@ class ScraperSet:
 
     sampled = Signal(object)
 
-    def __init__(self, http: httpx.AsyncClient, *, interval_s: float = 1.0, window_s: float = 60.0) -> None:
+    def __init__(self, http: httpx.AsyncClient, *, interval_s: float = 1.0, window_s: float = 60.0,
+                 rate_window_s: float = TOKEN_RATE_WINDOW_S) -> None:
+        """``window_s``, ``rate_window_s``: every scraper's deriver's (:class:`MetricsDeriver`);
+        ``rate_window_s`` is the windowed token rates' (the stream counters' window)."""
         self._http = http
         self.interval_s = interval_s
         self.window_s = window_s
+        self.rate_window_s = rate_window_s
         self.scrapers: dict[str, MetricsScraper] = {}
         self._live: str | None = None
         """The scraper that follows the live engine (:meth:`follow`)."""
@@ -45,7 +50,8 @@ class ScraperSet:
             if scraper.endpoint != endpoint:
                 scraper.retarget(endpoint)
             return scraper
-        scraper = MetricsScraper(self._http, endpoint, interval_s=self.interval_s, window_s=self.window_s)
+        scraper = MetricsScraper(self._http, endpoint, interval_s=self.interval_s, window_s=self.window_s,
+                                 rate_window_s=self.rate_window_s)
         scraper.sampled.connect(self._forward)
         self.scrapers[endpoint.name] = scraper
         if self._live is None:

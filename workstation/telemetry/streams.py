@@ -29,6 +29,11 @@ from typing import Any, Protocol
 from workstation.core.cost import TokenCounts
 
 BUCKET_S = 0.25
+TOKEN_RATE_WINDOW_S = 5.0
+"""The trailing window of the app's token rates: each session's streamed rate here, and the
+engines' ``/metrics`` generation counter (``MetricsDeriver.rate_window_s``) that the meter
+strip and the meters dock show, so a pane and the strip beside it count over the same
+seconds. Chosen here only; everything else defaults to it."""
 
 
 class UsageLike(Protocol):
@@ -93,7 +98,7 @@ class _Counter:
 class StreamCounters:
     """Token counts per session; thread-unsafe by design (the event loop calls it)."""
 
-    def __init__(self, *, window_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, *, window_s: float = TOKEN_RATE_WINDOW_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.window_s = window_s
         self._clock = clock
         self._sessions: dict[str, _Counter] = {}

@@ -10,6 +10,10 @@ Derivation (:class:`MetricsDeriver`) follows vLLM's own ``stats`` / ``loggers``
 split: rates come from counter deltas over ``time.monotonic()`` windows —
 
 * tok/s (generated and prompt) over the last scrape interval: the live 1 Hz reading;
+* the same tok/s over a short trailing window (``rate_window_s``, the stream counters'
+  5 s): what the meter strip and the meters dock show. A CPU engine generates in bursts
+  between prefills of several seconds, so one interval often reads 0 while the panes,
+  whose streamed rate covers the same 5 s, still show tokens;
 * prefix-cache hit rate, preemptions, speculative-decoding acceptance rate and mean
   acceptance length, and TTFT / inter-token-latency percentiles over a longer window
   (60 s by default), from counter and histogram-bucket deltas, as PromQL's
@@ -28,6 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from workstation.telemetry.streams import TOKEN_RATE_WINDOW_S
 
 # sample name → key in MetricsReading.counters
 _COUNTERS = {
@@ -248,6 +254,14 @@ class EngineMetricsSample:
     """Seconds between this scrape and the previous one (the tok/s window)."""
     generation_tokens_per_s: float | None = None
     prompt_tokens_per_s: float | None = None
+    rate_window_s: float | None = None
+    """Seconds behind the windowed token rates: the deriver's ``rate_window_s`` (5 s), less
+    while fewer seconds of readings exist."""
+    windowed_generation_tokens_per_s: float | None = None
+    """Generated tokens per second over ``rate_window_s``: steady between a CPU engine's
+    bursts, where the one-interval rate reads 0; the rate the meter strip and the meters
+    dock show, over the same window as the panes' streamed rates."""
+    windowed_prompt_tokens_per_s: float | None = None
     running: int | None = None
     waiting: int | None = None
     kv_cache_usage_pct: float | None = None
@@ -300,12 +314,19 @@ def _ratio_pct(num: float | None, den: float | None) -> float | None:
 
 
 class MetricsDeriver:
-    """Turns successive readings of one endpoint into :class:`EngineMetricsSample`."""
+    """Turns successive readings of one endpoint into :class:`EngineMetricsSample`.
 
-    def __init__(self, endpoint: str, *, window_s: float = 60.0, recent_window_s: float = 10.0) -> None:
+    One history of readings serves every window: ``window_s`` (hit rate, preemptions,
+    spec decode, latencies), ``recent_window_s`` (the TTFT admission steers by) and
+    ``rate_window_s`` (the windowed token rates); the shorter two are capped at
+    ``window_s``, the history's length."""
+
+    def __init__(self, endpoint: str, *, window_s: float = 60.0, recent_window_s: float = 10.0,
+                 rate_window_s: float = TOKEN_RATE_WINDOW_S) -> None:
         self.endpoint = endpoint
         self.window_s = window_s
         self.recent_window_s = min(recent_window_s, window_s)
+        self.rate_window_s = min(rate_window_s, window_s)
         self._history: deque[MetricsReading] = deque()
 
     def reset(self) -> None:
@@ -320,6 +341,7 @@ class MetricsDeriver:
             restarted = True
         base = self._base(reading.t_mono, self.window_s)
         recent = self._base(reading.t_mono, self.recent_window_s)
+        rated = self._base(reading.t_mono, self.rate_window_s)
         self._history.append(reading)
         while len(self._history) > 1 and self._history[1].t_mono <= reading.t_mono - self.window_s:
             self._history.popleft()
@@ -349,6 +371,13 @@ class MetricsDeriver:
                 prompt = _delta(c.get("prompt_tokens"), prev.counters.get("prompt_tokens"))
                 sample["generation_tokens_per_s"] = None if gen is None else gen / dt
                 sample["prompt_tokens_per_s"] = None if prompt is None else prompt / dt
+        if rated is not None and reading.t_mono > rated.t_mono:
+            span = reading.t_mono - rated.t_mono
+            gen = _delta(c.get("generation_tokens"), rated.counters.get("generation_tokens"))
+            prompt = _delta(c.get("prompt_tokens"), rated.counters.get("prompt_tokens"))
+            sample["rate_window_s"] = span
+            sample["windowed_generation_tokens_per_s"] = None if gen is None else gen / span
+            sample["windowed_prompt_tokens_per_s"] = None if prompt is None else prompt / span
         if base is not None and reading.t_mono > base.t_mono:
             bc = base.counters
             sample["window_s"] = reading.t_mono - base.t_mono
