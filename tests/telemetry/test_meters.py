@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.helpers.scrapes import scrape_at
 from tests.telemetry.fake_nvml import FakeNvml, device
 from tests.telemetry.test_vllm_metrics import exposition
 from workstation.core.cost import SelfHostAssumptions, SelfHostMode
@@ -159,7 +160,7 @@ def test_one_token_rate_the_engine_count_where_it_has_one_else_the_streams() -> 
 
     def sample(endpoint: str, rate: float | None, *, up: bool = True, metrics: bool = True) -> EngineMetricsSample:
         return EngineMetricsSample(endpoint=endpoint, t_mono=time.monotonic(), t_wall=time.time(), up=up,
-                                   has_metrics=metrics, generation_tokens_per_s=rate)
+                                   has_metrics=metrics, windowed_generation_tokens_per_s=rate)
 
     meters._on_engine_sampled(sample("a", 900.0))
     meters._on_engine_sampled(sample("b", 100.0))
@@ -202,67 +203,103 @@ def test_the_strip_and_the_panes_count_over_the_same_window() -> None:
     """A CPU engine generates in bursts between prefills of several seconds: the last
     one-second scrape reads 0 while a pane's streamed rate (5 s) still shows 3 t/s. The strip
     read the scrape's rate and said 0 tok/s; it reads the engine's counter over the streams'
-    window now, and never says less than the streams."""
+    window now (the scrape's windowed rate: the meters' scrapers count over the streams'
+    window), and never says less than the streams."""
     from workstation.telemetry.streams import StreamCounters
-    from workstation.telemetry.vllm_metrics import EngineMetricsSample
 
     now = [100.0]
-    streams = StreamCounters(clock=lambda: now[0])
+    streams = StreamCounters(window_s=5.0, clock=lambda: now[0])
     meters = make_meters(httpx.AsyncClient(), streams=streams)
+    scraper = meters.scrapers["local"]
+    assert scraper.deriver.rate_window_s == streams.window_s == 5.0
 
-    def scrape(t: float, total: float, last_interval_rate: float) -> None:
-        meters._on_engine_sampled(EngineMetricsSample(
-            endpoint="local", t_mono=t, t_wall=t, up=True, generation_tokens_total=total,
-            generation_tokens_per_s=last_interval_rate, interval_s=1.0))
-
-    for t, total, last_second in ((95.0, 1000.0, 0.0), (96.0, 1005.0, 5.0), (97.0, 1010.0, 5.0),
-                                  (98.0, 1015.0, 5.0), (99.0, 1015.0, 0.0), (100.0, 1015.0, 0.0)):
+    for t, total in ((95.0, 1000.0), (96.0, 1005.0), (97.0, 1010.0), (98.0, 1015.0), (99.0, 1015.0),
+                     (100.0, 1015.0)):
         if t < 98.0:
             now[0] = t + 0.5
             streams.on_chunk("s1", 5)  # what the pane's session streamed of those tokens
-        scrape(t, total, last_second)
+        last = scrape_at(scraper, t, generated=total)
     now[0] = 100.0
     pane = streams.rate("s1")
     assert pane == pytest.approx(3.0)  # 15 tokens streamed in the last 5 s: the pane says 3 t/s
-    assert meters.tokens_per_s == pytest.approx(3.0)  # the strip too (it said 0: the last second's)
+    assert last.generation_tokens_per_s == 0.0  # what the strip said: the last second's
+    assert meters.tokens_per_s == pytest.approx(3.0)  # the strip says what the pane says
 
-    scrape(101.0, 5.0, 0.0)  # the engine restarted: its counter went down, the window starts again
+    scrape_at(scraper, 101.0, generated=5.0)  # the engine restarted: its counter went down, the window starts again
     assert meters.tokens_per_s == pytest.approx(streams.tokens_per_s())  # no rate of its own yet
-    scrape(102.0, 45.0, 40.0)
+    scrape_at(scraper, 102.0, generated=45.0)
     assert meters.tokens_per_s == pytest.approx(40.0)
 
 
-def test_the_per_engine_series_count_over_the_same_window_as_the_strip() -> None:
-    """The meters dock charts ``engine.<name>.generation_tokens_per_s``: recorded from the
-    one-second scrape, it jumped between 0 and the burst's rate on a CPU engine while the strip
-    beside it read the counter over 5 s. The series holds the strip's windowed rate now (and
-    the prompt tokens' likewise)."""
-    from workstation.telemetry.vllm_metrics import EngineMetricsSample
+def test_the_strip_never_says_less_than_the_panes() -> None:
+    """The guided protocol's drafts make the engine count more than any pane shows; the
+    panes' streams can count a burst the engine's window has not seen yet (a scrape is up
+    to a second old): the strip shows the larger."""
+    from workstation.telemetry.streams import StreamCounters
+
+    now = [10.0]
+    streams = StreamCounters(clock=lambda: now[0])
+    meters = make_meters(httpx.AsyncClient(), streams=streams)
+    scraper = meters.scrapers["local"]
+    scrape_at(scraper, 5.0, generated=0.0)
+    scrape_at(scraper, 10.0, generated=10.0)  # 2 tok/s over the window
+    streams.on_chunk("s1", 30)  # 6 t/s streamed
+    assert meters.tokens_per_s == pytest.approx(6.0)
+    scrape_at(scraper, 11.0, generated=60.0)  # the engine's count catches up, and counts drafts too
+    assert meters.tokens_per_s == pytest.approx(10.0)
+
+
+def test_the_meters_scrapers_count_over_the_streams_window() -> None:
+    """One window, chosen in one place (``streams.TOKEN_RATE_WINDOW_S``): the meters' own
+    scrapers take their streams'; a shared set made with another window is said in the log."""
+    import logging
+
+    from workstation.telemetry.scrapers import ScraperSet
+    from workstation.telemetry.streams import TOKEN_RATE_WINDOW_S, StreamCounters
 
     meters = make_meters(httpx.AsyncClient())
-    readings = ((95.0, 1000.0, 0.0), (96.0, 1005.0, 5.0), (97.0, 1010.0, 5.0), (98.0, 1015.0, 5.0),
-                (99.0, 1015.0, 0.0), (100.0, 1015.0, 0.0))
-    for t, total, last_second in readings:
-        meters._on_engine_sampled(EngineMetricsSample(
-            endpoint="local", t_mono=t, t_wall=t, up=True, generation_tokens_total=total,
-            generation_tokens_per_s=last_second, prompt_tokens_total=2 * total, prompt_tokens_per_s=2 * last_second,
-            interval_s=1.0))
-    generated = list(meters.series.get("engine.local.generation_tokens_per_s").values())
-    prompt = list(meters.series.get("engine.local.prompt_tokens_per_s").values())
-    # no one-second zeros between bursts: 15 tokens over the last 4, then 5 seconds
-    assert generated == pytest.approx([0.0, 5.0, 5.0, 5.0, 3.75, 3.0])
-    assert prompt == pytest.approx([0.0, 10.0, 10.0, 10.0, 7.5, 6.0])
-    assert generated[-1] == pytest.approx(meters.tokens_per_s)  # what the strip says
-    # an engine without counter totals: the scrape's own rate, as before
-    meters._on_engine_sampled(EngineMetricsSample(endpoint="other", t_mono=100.0, t_wall=100.0, up=True,
-                                                  generation_tokens_per_s=7.0, interval_s=1.0))
-    assert list(meters.series.get("engine.other.generation_tokens_per_s").values()) == [7.0]
-    # down: nothing to chart, and the window starts again when it comes back
-    meters._on_engine_sampled(EngineMetricsSample(endpoint="local", t_mono=101.0, t_wall=101.0, up=False))
-    meters._on_engine_sampled(EngineMetricsSample(endpoint="local", t_mono=102.0, t_wall=102.0, up=True,
-                                                  generation_tokens_total=1100.0, generation_tokens_per_s=None))
-    after = list(meters.series.get("engine.local.generation_tokens_per_s").values())
-    assert len(after) == 8 and all(math.isnan(v) for v in after[-2:])  # a gap, then no rate from one reading
-    meters._on_engine_sampled(EngineMetricsSample(endpoint="local", t_mono=103.0, t_wall=103.0, up=True,
-                                                  generation_tokens_total=1110.0, generation_tokens_per_s=99.0))
-    assert meters.series.get("engine.local.generation_tokens_per_s").values()[-1] == pytest.approx(10.0)
+    assert meters.streams.window_s == meters.engines.rate_window_s == TOKEN_RATE_WINDOW_S == 5.0
+    short = make_meters(httpx.AsyncClient(), streams=StreamCounters(window_s=2.0))
+    assert short.scrapers["local"].deriver.rate_window_s == 2.0
+    shared = ScraperSet(httpx.AsyncClient())
+    assert shared.rate_window_s == TOKEN_RATE_WINDOW_S  # what the service factory makes
+    logger = logging.getLogger("workstation.telemetry.meters")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    try:
+        make_meters(httpx.AsyncClient(), scrapers=shared)
+        assert not records
+        make_meters(httpx.AsyncClient(), scrapers=shared, streams=StreamCounters(window_s=2.0))
+    finally:
+        logger.removeHandler(handler)
+    assert len(records) == 1 and "will disagree" in records[0].getMessage()
+
+
+async def test_the_per_engine_series_count_over_the_same_window_as_the_strip() -> None:
+    """The meters dock charts ``engine.<name>.generation_tokens_per_s``: recorded from the
+    one-second scrape, it jumped between 0 and the burst's rate on a CPU engine while the strip
+    beside it read the counter over 5 s. The series holds the scrape's windowed rate now, the
+    strip's (and the prompt tokens' likewise)."""
+    async with httpx.AsyncClient(transport=httpx.MockTransport(lambda r: httpx.Response(503))) as http:
+        meters = make_meters(http)
+        scraper = meters.scrapers["local"]
+        samples = [scrape_at(scraper, t, generated=total, prompt=2 * total) for t, total in (
+            (95.0, 1000.0), (96.0, 1005.0), (97.0, 1010.0), (98.0, 1015.0), (99.0, 1015.0), (100.0, 1015.0))]
+        assert [s.generation_tokens_per_s for s in samples[1:]] == [5.0, 5.0, 5.0, 0.0, 0.0]  # the scrape's own
+        generated = list(meters.series.get("engine.local.generation_tokens_per_s").values())
+        prompt = list(meters.series.get("engine.local.prompt_tokens_per_s").values())
+        # no one-second zeros between bursts: 15 tokens over the last 4, then 5 seconds
+        assert math.isnan(generated[0]) and math.isnan(prompt[0])  # one reading: no rate yet
+        assert generated[1:] == pytest.approx([5.0, 5.0, 5.0, 3.75, 3.0])
+        assert prompt[1:] == pytest.approx([10.0, 10.0, 10.0, 7.5, 6.0])
+        assert generated[-1] == pytest.approx(meters.tokens_per_s)  # what the strip says
+        # down (a real scrape answered 503): nothing to chart, and the window starts again
+        down = await scraper.scrape_once()
+        assert not down.up
+        scrape_at(scraper, 102.0, generated=1100.0)
+        after = list(meters.series.get("engine.local.generation_tokens_per_s").values())
+        assert len(after) == 8 and all(math.isnan(v) for v in after[-2:])  # a gap, then no rate from one reading
+        scrape_at(scraper, 103.0, generated=1110.0)
+        assert meters.series.get("engine.local.generation_tokens_per_s").values()[-1] == pytest.approx(10.0)

@@ -133,7 +133,7 @@ def test_the_strip_and_the_status_bar_show_the_one_token_rate(qtbot, settings): 
     strip = install_meters(window, meters, settings)
     meters.streams.on_chunk("s1", 5)  # what the panes' streams saw
     meters._on_engine_sampled(EngineMetricsSample(endpoint="local", t_mono=time.monotonic(), t_wall=time.time(),
-                                                  up=True, generation_tokens_per_s=1234.0))
+                                                  up=True, windowed_generation_tokens_per_s=1234.0))
     meters.tick()
     assert strip.rate.text() == "1,234 tok/s"
     assert "1,234 tok/s" in window.summary_label.text()
@@ -143,23 +143,24 @@ def test_the_strip_and_the_status_bar_show_the_one_token_rate(qtbot, settings): 
 
 def test_the_throughput_chart_draws_each_engine_over_the_strips_window(dock):
     """Between a CPU engine's bursts the one-second scrape reads 0: the chart's engine line
-    dropped to 0 there while the strip (5 s) did not. It draws the windowed rate now."""
+    dropped to 0 there while the strip (5 s) did not. It draws the scrape's windowed rate now."""
     import time
 
     import numpy as np
 
-    from workstation.telemetry.vllm_metrics import EngineMetricsSample
+    from tests.helpers.scrapes import scrape_at
+    from workstation.core.endpoints import Endpoint
 
+    scraper = dock.meters.engines.add(Endpoint(base_url="http://engine.test", api_key="", model="m", name="local"))
     t0 = time.monotonic() - 6
-    for i, (total, last_second) in enumerate(((1000.0, 0.0), (1005.0, 5.0), (1010.0, 5.0), (1015.0, 5.0),
-                                              (1015.0, 0.0), (1015.0, 0.0))):
-        dock.meters._on_engine_sampled(EngineMetricsSample(
-            endpoint="local", t_mono=t0 + i, t_wall=t0 + i, up=True, generation_tokens_total=total,
-            generation_tokens_per_s=last_second, interval_s=1.0))
+    samples = [scrape_at(scraper, t0 + i, generated=total)
+               for i, total in enumerate((1000.0, 1005.0, 1010.0, 1015.0, 1015.0, 1015.0))]
+    assert [s.generation_tokens_per_s for s in samples[-2:]] == [0.0, 0.0]  # what the line drew
     dock.redraw()
     plot = next(plot for plot, patterns in dock.plots if "engine.*.generation_tokens_per_s" in patterns)
     curves = [item for item in plot.listDataItems() if item.name() == "engine.local.generation_tokens_per_s"]
     assert len(curves) == 1
     _x, y = curves[0].getData()
-    assert np.allclose(y, [0.0, 5.0, 5.0, 5.0, 3.75, 3.0])  # it drew 0, 0 at the end
+    assert np.isnan(y[0])  # one reading: no rate yet
+    assert np.allclose(y[1:], [5.0, 5.0, 5.0, 3.75, 3.0])  # it drew 0, 0 at the end
     assert y[-1] == pytest.approx(dock.meters.tokens_per_s)

@@ -34,8 +34,9 @@ Signals on ``Meters`` (payload type):
     there is no local engine process).
 ``engine_sampled(EngineMetricsSample)`` — ``telemetry/vllm_metrics.py``, one per
     endpoint per ``telemetry.metrics_interval_s``: ``endpoint up error model
-    generation_tokens_per_s prompt_tokens_per_s running waiting kv_cache_usage_pct
-    prefix_cache_hit_rate_pct`` (last ``window_s``, 60 s) ``prefix_cache_hit_rate_lifetime_pct
+    generation_tokens_per_s prompt_tokens_per_s`` (last interval)
+    ``windowed_generation_tokens_per_s windowed_prompt_tokens_per_s`` (last ``rate_window_s``,
+    the streams' 5 s) ``running waiting kv_cache_usage_pct prefix_cache_hit_rate_pct`` (last ``window_s``, 60 s) ``prefix_cache_hit_rate_lifetime_pct
     preemptions_total preemptions_in_window spec_acceptance_rate_pct
     spec_mean_acceptance_length ttft_s itl_s e2e_s queue_s`` (``Percentiles``: ``p50 p90
     p99 mean count``, over the window) and the raw counter totals.
@@ -61,8 +62,8 @@ gaps; ``numpy.frombuffer`` them for pyqtgraph). Names:
 engine_memory_bytes``; ``host.cpu_pct memory_used_bytes app_cpu_pct app_rss_bytes
 engine_cpu_pct engine_rss_bytes``; ``engine.{endpoint}.generation_tokens_per_s
 prompt_tokens_per_s running waiting kv_cache_usage_pct prefix_cache_hit_rate_pct
-spec_acceptance_rate_pct ttft_p50_s ttft_p99_s itl_p50_s itl_p99_s`` (the token rates over
-the stream counters' window, 5 s, as the strip's);
+spec_acceptance_rate_pct ttft_p50_s ttft_p99_s itl_p50_s itl_p99_s`` (the token rates are the
+samples' windowed ones, over the stream counters' 5 s, as the strip's);
 ``sessions.tokens_per_s``; ``cost.savings_pct saved_usd self_host_usd_per_m_tokens
 api_usd_per_m_tokens joules_per_token``.
 

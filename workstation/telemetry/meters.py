@@ -32,7 +32,6 @@ from workstation.core.series import DEFAULT_HORIZON_S, SeriesBook
 from workstation.telemetry.app_metrics import AppMetricsServer
 from workstation.telemetry.cadence import cancel_and_wait
 from workstation.telemetry.cost_meter import CostMeter
-from workstation.telemetry.counter_rate import CounterRate
 from workstation.telemetry.csv_export import export_series_csv
 from workstation.telemetry.host import HostReader, HostSample
 from workstation.telemetry.nvml import GpuSnapshot, NvmlReader
@@ -146,9 +145,13 @@ class Meters:
         self._auto_gpu_price = typical_gpu_price
         self._owns_scrapers = scrapers is None
         self.engines = scrapers if scrapers is not None else ScraperSet(
-            http, interval_s=metrics_interval_s, window_s=latency_window_s)
+            http, interval_s=metrics_interval_s, window_s=latency_window_s, rate_window_s=self.streams.window_s)
         """The ``/metrics`` scrapers (shared with the fleet's admission when the service
-        factory made them: one scrape, many readers)."""
+        factory made them: one scrape, many readers). Their windowed token rates count over
+        the streams' window; both default to ``streams.TOKEN_RATE_WINDOW_S``."""
+        if self.engines.rate_window_s != self.streams.window_s:
+            log.warning("meters: the engines' token rates count over %g s, the streams' over %g s: the strip "
+                        "and the panes beside it will disagree", self.engines.rate_window_s, self.streams.window_s)
         for ep in endpoints:
             self.engines.add(ep)
         self.engines.sampled.connect(self._on_engine_sampled)
@@ -158,9 +161,8 @@ class Meters:
         self._tick_task: asyncio.Task[None] | None = None
         self._started = False
         self._engine_rates: dict[str, float | None] = {}
-        """Each endpoint's generation rate from its /metrics counter over the streams' window
-        (absent: no metrics)."""
-        self._engine_counts = CounterRate(self.streams.window_s)
+        """Each endpoint's generation rate over the streams' window, as its last sample said
+        (``windowed_generation_tokens_per_s``; absent: down or no metrics)."""
         self.rate: float | None = None
         """:attr:`tokens_per_s` as the last tick published it: what every view shows until the
         next (reading the property between two ticks could show another number)."""
@@ -261,20 +263,14 @@ class Meters:
 
     def _on_engine_sampled(self, s: EngineMetricsSample) -> None:
         self.cost.on_engine_sample(s)
-        prompt_key = f"{s.endpoint}\0prompt"
         if s.up and s.has_metrics:
-            generated = self._windowed(s.endpoint, s.t_mono, s.generation_tokens_total, s.generation_tokens_per_s)
-            prompt = self._windowed(prompt_key, s.t_mono, s.prompt_tokens_total, s.prompt_tokens_per_s)
-            self._engine_rates[s.endpoint] = generated
+            self._engine_rates[s.endpoint] = s.windowed_generation_tokens_per_s
         else:
-            generated, prompt = s.generation_tokens_per_s, s.prompt_tokens_per_s
             self._engine_rates.pop(s.endpoint, None)
-            self._engine_counts.drop(s.endpoint)
-            self._engine_counts.drop(prompt_key)
         p = f"engine.{s.endpoint}."
         self._record(s.t_mono, {  # the token rates over the streams' window, as the strip's
-            p + "generation_tokens_per_s": generated,
-            p + "prompt_tokens_per_s": prompt,
+            p + "generation_tokens_per_s": s.windowed_generation_tokens_per_s,
+            p + "prompt_tokens_per_s": s.windowed_prompt_tokens_per_s,
             p + "running": s.running,
             p + "waiting": s.waiting,
             p + "kv_cache_usage_pct": s.kv_cache_usage_pct,
@@ -286,12 +282,6 @@ class Meters:
             p + "itl_p99_s": s.itl_s.p99 if s.itl_s else None,
         }, self.metrics_interval_s)
         self.engine_sampled.emit(s)
-
-    def _windowed(self, key: str, t_mono: float, total: float | None, last_interval: float | None) -> float | None:
-        """``key``'s counter over the streams' window; the scrape's one-interval rate where the
-        engine gave no total."""
-        windowed = self._engine_counts.add(key, t_mono, total) if total is not None else None
-        return windowed if windowed is not None else last_interval
 
     def tick(self) -> None:
         """Publish the session counters and the cost estimate (the 1 Hz tick calls it)."""

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QSizePolicy, QWidget
 
 from workstation.core.cost import CostEstimate
 from workstation.telemetry.nvml import GpuSnapshot
-from workstation.telemetry.streams import ModelTokens
+from workstation.telemetry.streams import TOKEN_RATE_WINDOW_S, ModelTokens
 from workstation.telemetry.vllm_metrics import EngineMetricsSample
 from workstation.ui import theme
 
@@ -86,8 +86,8 @@ class MeterStrip(QFrame):
             return lab
 
         self.gpu = label("GPU utilisation, memory, power and temperature (NVML)")
-        self.rate = label("Generated tokens per second over the last 5 s: the engine's /metrics, "
-                          "never less than the sessions' streams")
+        self.rate = label(f"Generated tokens per second over the last {TOKEN_RATE_WINDOW_S:g} s: the engine's "
+                          "/metrics, never less than the sessions' streams")
         self.spark = Sparkline()
         self.requests = label("Requests the engine runs and queues")
         self.kv = label("KV cache in use")
