@@ -45,6 +45,7 @@ from workstation.core.engine_sizing import GpuMemory
 from workstation.core.errors import UserError
 from workstation.core.profiles import Profile
 from workstation.core.replicas import PlacementError, ReplicaPlan, plan_replicas
+from workstation.core.requests import OpenRequests
 from workstation.core.traffic import TrafficShape
 from workstation.engine.chat_client import ChatClient
 from workstation.engine.environment import EngineInstall
@@ -85,6 +86,9 @@ class Services:
         self._tuners: list[ScreeningTuner] = []
         self._followers: list[EndpointFollower] = []
         self._streams: StreamWorker | None = None
+        self.open_requests = OpenRequests()
+        """The app's one count of model requests open per endpoint: every chat client made
+        here shares it, and a safe switch drains the old engine until nothing is open to it."""
         self._scrapers: ScraperSet | None = None
         self._following: list[Fleet] = []
         """Fleets on the engine's endpoints (they follow restarts, switches and replicas)."""
@@ -123,7 +127,9 @@ class Services:
         ``model``: another model the engine serves (a LoRA adapter)."""
         if endpoint is None:
             endpoint = self._require_engine().get()
-        return ChatClient(self.http, endpoint, model=model, streams=self.streams)
+        client = ChatClient(self.http, endpoint, model=model, streams=self.streams)
+        client.open_requests = self.open_requests
+        return client
 
     # ----- the engine -----
     def launchers(self, *, model: str | None = None) -> Launchers:
@@ -240,6 +246,7 @@ class Services:
     def agent_factory(self, **kwargs: Any) -> real_agent_factory:
         """Agents over the shared client whose commands run under ``settings.sandbox``."""
         kwargs.setdefault("streams", self.streams)
+        kwargs.setdefault("open_requests", self.open_requests)
         return real_agent_factory.from_settings(self.http, self.settings, **kwargs)
 
     def fleet(self, *, endpoints: Sequence[Endpoint] | None = None, data_dir: Path | None = None,
@@ -298,7 +305,7 @@ class Services:
         host = self._require_engine()
         if not host.managed:
             return None
-        return LiveSwitch(host, self.http, plan=plan or self._plan_beside)
+        return LiveSwitch(host, self.http, plan=plan or self._plan_beside, open_requests=self.open_requests.on)
 
     def _plan_beside(self) -> Placement:
         live = self._require_engine().launcher

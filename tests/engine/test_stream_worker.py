@@ -249,3 +249,19 @@ async def test_streams_read_into_one_shared_buffer_keep_their_own_text():
         assert sorted(g[0] for g in got) == sorted(texts)
     finally:
         worker.close()
+
+
+async def test_open_requests_count_a_stream_while_it_runs_and_drop_it_however_it_ends(client_for):
+    """What a safe switch drains: a request is open from its send to its end, success or fault,
+    on both paths."""
+    reply = Reply(text="slow " * 30, chunk_chars=5, delay_s=0.01)
+    async with client_for() as make, ScriptedServer([reply, Fault.disconnect(after_chunks=2)]) as server:
+        client = make(server.endpoint)
+        url = server.endpoint.base_url
+        seen = []
+        async for _ in client.stream_chat(MESSAGES, max_tokens=64):
+            seen.append(client.open_requests.on(url))
+        assert seen and set(seen) == {1} and client.open_requests.on(url) == 0
+        with pytest.raises(EngineUnreachable):
+            await _collect(client)
+        assert client.open_requests.on(url) == 0

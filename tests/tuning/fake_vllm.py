@@ -42,6 +42,9 @@ class FakeEngine:
     prompts: list[list[int]] = field(default_factory=list)
     constraints_asked: list[dict[str, Any] | None] = field(default_factory=list)
     """Each completion request's ``structured_outputs`` (None: none)."""
+    admit_delay_s: float = 0.0
+    """How long a chat request stays in the API server before the scheduler counts it (its
+    ``/metrics`` gauges miss it meanwhile: tokenizing on a busy machine)."""
     constrained_stop_after: int | None = None
     """End a constrained completion after this many tokens (as an engine whose grammar breaks)."""
 
@@ -140,6 +143,10 @@ class FakeVllm:
         n = int(body.get("max_tokens") or 8)
 
         async def stream():  # type: ignore[no-untyped-def]
+            if engine.admit_delay_s:
+                await asyncio.sleep(engine.admit_delay_s)
+                if not engine.up:
+                    raise httpx.RemoteProtocolError("peer closed connection without sending complete message body")
             engine.running += 1
             counted = True
             try:

@@ -178,3 +178,48 @@ def test_placement_rules():
     assert not one.side_by_side and "drained" in one.reason
     cpu = plan_placement("cpu", live_env={}, cpu_count=2)
     assert cpu.env == {"VLLM_CPU_OMP_THREADS_BIND": "1"}
+
+
+async def test_the_drain_waits_for_requests_the_engine_gauges_do_not_show_yet():
+    """A request sent just before the retarget sits in the old engine's API server while its
+    scheduler reads idle: the drain waits for the clients' own count of open requests."""
+    vllm = FakeVllm()
+    old = FakeLauncher(vllm, DEFAULT)
+    await old.start()
+    old.engine.admit_delay_s = 0.4  # the gauges miss it for 0.4 s
+    async with vllm.client() as http:
+        client = ChatClient(http, old.endpoint, session_id="s")
+        late = asyncio.create_task(client.complete([{"role": "user", "content": "x"}], max_tokens=5))
+        await asyncio.sleep(0.05)
+        assert client.open_requests.on(old.endpoint.base_url) == 1 and old.engine.running == 0
+        switch = SafeSwitch(http, old, lambda p, env: FakeLauncher(vllm, p, env, start_delay_s=0.01),
+                            clients=[client], drain_poll_s=0.01, settle_s=0.05, probe=False)
+        report, serving = await switch.run(COMPILED)
+        text, _ = await asyncio.wait_for(late, 5)
+    assert text == "yyyyy" and report.ok and old.stopped
+    assert report.drain_s is not None and report.drain_s >= 0.3
+    assert client.open_requests.on(old.endpoint.base_url) == 0
+
+
+async def test_the_drain_settles_for_requests_of_clients_it_does_not_know():
+    """The app's switch counts requests through a shared count (``open_requests``); where a
+    request comes from elsewhere, the old engine must stay idle for ``settle_s`` before it
+    stops, so one that reaches its scheduler late is not cut."""
+    from workstation.core.requests import OpenRequests
+
+    vllm = FakeVllm()
+    old = FakeLauncher(vllm, DEFAULT)
+    await old.start()
+    old.engine.admit_delay_s = 0.15
+    shared = OpenRequests()
+    async with vllm.client() as http:
+        known = ChatClient(http, old.endpoint, session_id="known")
+        known.open_requests = shared
+        stranger = ChatClient(http, old.endpoint, session_id="stranger")  # its own count
+        late = asyncio.create_task(stranger.complete([{"role": "user", "content": "x"}], max_tokens=30))
+        await asyncio.sleep(0.01)
+        switch = SafeSwitch(http, old, lambda p, env: FakeLauncher(vllm, p, env, start_delay_s=0.01),
+                            open_requests=shared.on, drain_poll_s=0.01, settle_s=0.5, probe=False)
+        report, _ = await switch.run(COMPILED)
+        text, _ = await asyncio.wait_for(late, 5)
+    assert text == "y" * 30 and report.ok and report.left_on_old == 0

@@ -132,3 +132,33 @@ class PromptLedger:
         while len(self._owner) > self.max_blocks:
             del self._owner[next(iter(self._owner))]
         return matched, owner
+
+
+class OpenRequests:
+    """How many requests are open (sent, not yet finished) per endpoint, counted by the chat
+    clients that share it (a fleet's agent factory gives all its clients one).
+
+    Why a switch needs it: the engine's ``/metrics`` gauges count only what its scheduler
+    holds. A request the client has sent but the API server has not handed to the scheduler
+    yet (tokenizing, on a busy machine), or one the scheduler finished while the API server
+    still streams its last chunks, reads as idle there; stopping the engine then cuts it.
+    """
+
+    __slots__ = ("_open",)
+
+    def __init__(self) -> None:
+        self._open: dict[str, int] = {}
+
+    def opened(self, base_url: str) -> None:
+        self._open[base_url] = self._open.get(base_url, 0) + 1
+
+    def closed(self, base_url: str) -> None:
+        left = self._open.get(base_url, 0) - 1
+        if left > 0:
+            self._open[base_url] = left
+        else:
+            self._open.pop(base_url, None)
+
+    def on(self, base_url: str) -> int:
+        """Requests open to the endpoint at ``base_url``."""
+        return self._open.get(base_url, 0)

@@ -26,7 +26,7 @@ import httpx
 import orjson
 
 from workstation.core.endpoints import Endpoint
-from workstation.core.requests import PromptLedger, RequestRecord, common_prefix_bytes, constraint_of
+from workstation.core.requests import OpenRequests, PromptLedger, RequestRecord, common_prefix_bytes, constraint_of
 from workstation.engine.sse import (
     DONE,
     ChatDelta,
@@ -100,6 +100,9 @@ class ChatClient:
         self.ledger: PromptLedger | None = None
         """A fleet's one ledger of its requests' prompts (its agent factory sets it): which
         earlier request of any session a request repeats the most of."""
+        self.open_requests = OpenRequests()
+        """Requests this client has open per endpoint; a fleet's clients share one (a safe
+        switch drains the old engine until nothing is open to it)."""
         self._sent = 0
         self._last_prompt: bytes | None = None
         """The previous request's messages (and tools) as JSON, while observers listen: what
@@ -147,9 +150,14 @@ class ChatClient:
         headers = {**self._headers(endpoint), "Content-Type": "application/json"}
         choices = max(1, int(body.get("n") or 1))
         shape = self._request_shape(body, choices) if self.observers else _RequestShape(choices)
+        open_requests = self.open_requests
+        open_requests.opened(endpoint.base_url)
         if self.streams is not None:
-            async for delta in self._via_worker(endpoint, model, url, orjson.dumps(body), headers, shape):
-                yield delta
+            try:
+                async for delta in self._via_worker(endpoint, model, url, orjson.dumps(body), headers, shape):
+                    yield delta
+            finally:
+                open_requests.closed(endpoint.base_url)
             return
         started = time.monotonic()
         last = started
@@ -206,6 +214,7 @@ class ChatClient:
             error = type(exc).__name__
             raise
         finally:
+            open_requests.closed(endpoint.base_url)
             if self.observers:
                 self._report(endpoint, model, started, first, max_gap, usage, error, shape)
 

@@ -22,7 +22,7 @@ import httpx
 from workstation.core.approvals import ApprovalDecision, ApprovalRequest
 from workstation.core.endpoints import Endpoint
 from workstation.core.errors import UserError
-from workstation.core.requests import PromptLedger, RequestRecord
+from workstation.core.requests import OpenRequests, PromptLedger, RequestRecord
 from workstation.fleet.session import SessionSpec
 
 if TYPE_CHECKING:
@@ -110,9 +110,11 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
     """
 
     def __init__(self, http: httpx.AsyncClient, *, context_window_tokens: int | None = None,
-                 overrides: dict[str, Any] | None = None, prime: bool = True, streams: Any = None) -> None:
+                 overrides: dict[str, Any] | None = None, prime: bool = True, streams: Any = None,
+                 open_requests: OpenRequests | None = None) -> None:
         """``streams``: a :class:`~workstation.engine.stream_worker.StreamWorker` that reads the
-        agents' chat streams off the loop (None: over ``http`` on the loop)."""
+        agents' chat streams off the loop (None: over ``http`` on the loop). ``open_requests``:
+        the app's one count of requests open per endpoint (what a safe switch drains)."""
         self.http = http
         self.streams = streams
         self.context_window_tokens = context_window_tokens
@@ -131,6 +133,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         self.request_observers: list[RequestObserver] = []
         """One list, shared by every chat client this factory made or will make: an observer
         added here sees each model request (one record per request, with its ``n``)."""
+        self.open_requests = open_requests if open_requests is not None else OpenRequests()
         self.prompt_ledger = PromptLedger()
         """One for the fleet: each record says which earlier request of any session its prompt
         repeats the most of (kept only while observers listen)."""
@@ -141,6 +144,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         client = ChatClient(self.http, endpoint, model=model, session_id=session_id, streams=self.streams)
         client.observers = self.request_observers  # the same list, not a copy
         client.ledger = self.prompt_ledger
+        client.open_requests = self.open_requests
         return client
 
     @classmethod

@@ -30,10 +30,14 @@ class LiveSwitch:
     state_changed = Signal(object, str)
     """``(SwitchPhase, detail)`` of the switch running now."""
 
-    def __init__(self, host: EngineHost, http: httpx.AsyncClient, *, plan: Planner) -> None:
+    def __init__(self, host: EngineHost, http: httpx.AsyncClient, *, plan: Planner,
+                 open_requests: Callable[[str], int] | None = None) -> None:
+        """``open_requests``: how many of the app's model requests are open to a base URL
+        (the switch drains the old engine until none is)."""
         self.host = host
         self.http = http
         self._plan = plan
+        self._open_requests = open_requests
         self.running: SafeSwitch | None = None
 
     @property
@@ -75,7 +79,7 @@ class LiveSwitch:
         say(f"Placement: {placement.reason}")
         switch = SafeSwitch(self.http, old, self.host.new_launcher, retarget=[self.host.retarget],
                             side_by_side=placement.side_by_side, placement_env=dict(placement.env),
-                            placement_reason=placement.reason)
+                            placement_reason=placement.reason, open_requests=self._open_requests)
         switch.state_changed.connect(self._on_phase)
         self.running = switch
         try:
