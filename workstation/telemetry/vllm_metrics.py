@@ -251,12 +251,15 @@ class EngineMetricsSample:
     "no metrics", not down; every meter field is then None."""
     model: str | None = None
     interval_s: float | None = None
-    """Seconds between this scrape and the previous one (the tok/s window)."""
+    """Seconds between this scrape and the previous one (the window of
+    ``generation_tokens_per_s`` and ``prompt_tokens_per_s``)."""
     generation_tokens_per_s: float | None = None
     prompt_tokens_per_s: float | None = None
     rate_window_s: float | None = None
-    """Seconds behind the windowed token rates: the deriver's ``rate_window_s`` (5 s), less
-    while fewer seconds of readings exist."""
+    """Seconds behind the windowed token rates: the deriver's ``rate_window_s`` (5 s) or up
+    to one scrape interval more (the base is the newest reading at least that old; scrapes
+    stamped a few ms off the 1-s beat give 5 or 6 s on the CPU engine), less while fewer
+    seconds of readings exist."""
     windowed_generation_tokens_per_s: float | None = None
     """Generated tokens per second over ``rate_window_s``: steady between a CPU engine's
     bursts, where the one-interval rate reads 0; the rate the meter strip and the meters
