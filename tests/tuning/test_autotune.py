@@ -193,3 +193,14 @@ async def test_a_step_running_at_the_deadline_is_cancelled():
     report = await tuner.run()
     assert report.steps[1].note == "stopped at the time budget" and report.stopped_by_budget
     assert report.elapsed_s < 5.0  # the 5-second step was cancelled, not waited for
+
+
+def test_the_grammar_backend_is_a_candidate_only_where_the_agents_send_a_grammar():
+    guided = model_traits("smollm2", {"architectures": ["LlamaForCausalLM"], "model_type": "llama"},
+                          structured_outputs=True)
+    for platform in ("cpu", "cuda"):
+        with_grammar = candidates_for(platform, guided, concurrency=8, base_args=[])
+        without = candidates_for(platform, LLAMA, concurrency=8, base_args=[])
+        picked = [c for c in with_grammar if c.change == "structured outputs by llguidance"]
+        assert len(picked) == 1 and json.loads(picked[0].args[1]) == {"backend": "guidance"}
+        assert all("--structured-outputs-config" not in c.args for c in without)

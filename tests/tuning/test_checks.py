@@ -227,8 +227,10 @@ def test_every_cuda_preset_and_tuner_change_is_a_flag_of_the_cuda_vllm_the_h200_
         assert not unknown_flags(split(args), known), name
     base, _ = effective(PRESETS["default"], PRESETS, platform="cuda", values=STAND_IN_VALUES)
     for hybrid in (LLAMA, NEMOTRON_H_MTP):
-        for cand in candidates_for("cuda", model_traits("m", hybrid), concurrency=32, base_args=base):
-            assert not unknown_flags(split(list(cand.args)), known), cand.change
+        for guided in (False, True):  # with a grammar, the grammar backend is a candidate too
+            traits = model_traits("m", hybrid, structured_outputs=guided)
+            for cand in candidates_for("cuda", traits, concurrency=32, base_args=base):
+                assert not unknown_flags(split(list(cand.args)), known), cand.change
 
 
 def split(args):
