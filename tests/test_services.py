@@ -120,6 +120,32 @@ async def test_after_a_safe_switch_the_meters_and_the_fleet_follow_the_new_engin
         await services.aclose()
 
 
+async def test_the_apps_clients_share_one_count_of_open_requests_and_the_switch_drains_it(settings) -> None:
+    """A request an agent sent just before the switch, still in the old engine's API server
+    (its gauges read idle), finishes there: the switch waits for the app's one count."""
+    import asyncio
+
+    services, host, fleet, meters, made = await _wired(settings)
+    try:
+        old = made[0]
+        old.engine.admit_delay_s = 0.4
+        agent_client = services.agent_factory(streams=None)._client(old.endpoint, None, "s1")  # the fake transport
+        assert agent_client.open_requests is services.open_requests
+        assert services.chat_client(old.endpoint).open_requests is services.open_requests
+        late = asyncio.create_task(agent_client.complete([{"role": "user", "content": "x"}], max_tokens=5))
+        await asyncio.sleep(0.05)
+        assert services.open_requests.on(old.endpoint.base_url) == 1 and old.engine.running == 0
+        switch = services.live_switch(plan=lambda: Placement({}, side_by_side=True, reason="test"))
+        assert switch is not None
+        report = await switch.run(flatten(Profile("fewer", "", args=("--max-num-seqs", "4"), parent="default"),
+                                          PRESETS))
+        text, _ = await asyncio.wait_for(late, 5)
+        assert report is not None and report.ok and text == "yyyyy" and not old.alive()
+        assert report.drain_s is not None and report.drain_s >= 0.3
+    finally:
+        await services.aclose()
+
+
 async def test_after_a_restart_the_meters_read_the_engine_on_its_new_port(settings) -> None:
     services, host, fleet, meters, made = await _wired(settings)
     try:
