@@ -1,0 +1,200 @@
+"""What of a session is the user's own work: what a person did in it that its agent did not
+(Qt-free). The demo keeps such sessions instead of replacing them; the answer is the list of
+reasons, empty where nothing of the user's was found.
+
+Read only from what the app keeps, and cautious: where it cannot be told, the session counts
+as the user's.
+
+- The transcript (the store's events): a message the user sent (``UserMessageAdded``; the task
+  itself is not one), an approval a person answered (``ApprovalResolved`` by ``user``; one
+  refused because nobody could answer is by ``nobody``), a checkpoint restored, a mode switched
+  (``ModeChanged`` comes only from ``Fleet.set_mode``).
+- The record: a new name (the spec keeps the name it was made with), the ready mark, the
+  archive (merged, discarded, archived), the background mark, a budget.
+- Git: the session's branch no longer at the commit it started from (the agent's checkpoints
+  live on a private ref, never on the branch, so any commit there is one somebody made on
+  purpose), another branch or a detached HEAD in its worktree, and files that differ from the
+  agent's latest checkpoint (tracked and new, not ignored: what a checkpoint holds) where no
+  step of the agent explains them. Every finished tool call that changed files ends in a
+  checkpoint; what differs from the latest one was changed later, by a person, or by a tool
+  call that ended without one (interrupted, failed, cut off by a crash) — a file last written
+  before such a call ended is its, a later one the user's; a deletion cannot be dated and
+  counts as the user's. Without any checkpoint (checkpoints off) the worktree is compared
+  with its HEAD and every step of the agent dates its files.
+
+Not counted: pausing, stopping, resuming, watching a session in the focus view — they leave
+nothing behind to lose; ignored files — git does not see them and neither does a checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+from workstation.agent.checkpoints import ref_for
+from workstation.fleet.gitproc import GitCommandError, GitResult, GitRunner
+from workstation.fleet.session import SessionRecord
+from workstation.fleet.store import Store, StoredEvent
+
+_NOBODY = "no one can approve in this session"
+"""The feedback of an approval refused because nobody could answer it."""
+_SHOWN_FILES = 3
+
+
+async def user_work(store: Store, git: GitRunner, rec: SessionRecord) -> tuple[str, ...]:
+    """Why ``rec`` holds work of the user's ("you sent it 2 messages", …); empty for none.
+    Reads the session's stored events and its worktree; changes nothing (the worktree's tree
+    is written through a temporary index, as a checkpoint is)."""
+    events = await store.load_events(rec.session_id)
+    reasons = [*transcript_reasons(events), *record_reasons(rec)]
+    worktree = Path(rec.worktree_path) if rec.worktree_path else None
+    if worktree is None or not worktree.is_dir():
+        return tuple(reasons)  # nothing on disk to lose
+    try:
+        reasons += await _git_reasons(git, rec, worktree, events)
+    except (GitCommandError, OSError) as exc:
+        reasons.append(f"its worktree could not be read ({exc}), so it counts as yours")
+    return tuple(reasons)
+
+
+def transcript_reasons(events: Sequence[StoredEvent]) -> list[str]:
+    messages = sum(1 for e in events if e.kind == "UserMessageAdded")
+    answered = sum(1 for e in events if e.kind == "ApprovalResolved" and _answered_by_user(e.payload))
+    reasons = []
+    if messages:
+        reasons.append(f"you sent it {_count(messages, 'message')}")
+    if answered:
+        reasons.append(f"you answered {_count(answered, 'approval')}")
+    if any(e.kind == "CheckpointRestored" for e in events):
+        reasons.append("you restored a checkpoint")
+    if any(e.kind == "ModeChanged" for e in events):
+        reasons.append("you switched its mode")
+    return reasons
+
+
+def record_reasons(rec: SessionRecord) -> list[str]:
+    reasons = []
+    if rec.spec.name and rec.name != rec.spec.name:
+        reasons.append(f"you renamed it (from {rec.spec.name})")
+    if rec.ready_at:
+        reasons.append("you marked it ready to merge")
+    if rec.archived:
+        reasons.append(f"it is in the archive ({rec.archived})")
+    if rec.spec.background:
+        reasons.append("you marked it background")
+    if rec.spec.budget_tokens is not None or rec.spec.budget_usd is not None:
+        reasons.append("you gave it a budget")
+    return reasons
+
+
+def _answered_by_user(payload: dict) -> bool:
+    by = payload.get("by")
+    if by is not None:
+        return by == "user"
+    return payload.get("feedback") != _NOBODY  # written before the field: the refusal's own words
+
+
+def agent_wrote_until(events: Sequence[StoredEvent], *, checkpointed: bool) -> float:
+    """Until when the agent's own steps may have written files that its latest checkpoint
+    lacks (Unix time; 0.0: none). ``checkpointed``: the session has a checkpoint to compare
+    with; else every tool call counts."""
+    until = 0.0
+    open_calls: set[str] = set()
+    for e in events:
+        if e.kind == "ToolCallStarted":
+            open_calls.add(str(e.payload.get("call_id", "")))
+        elif e.kind == "ToolCallFinished":
+            open_calls.discard(str(e.payload.get("call_id", "")))
+            if not checkpointed or e.payload.get("status") != "ok":
+                until = max(until, e.ts)
+        elif e.kind == "ErrorOccurred" and str(e.payload.get("message", "")).startswith("checkpoint failed"):
+            until = max(until, e.ts)
+        elif e.kind == "CheckpointCreated" and not checkpointed:
+            until = max(until, e.ts)
+    if open_calls and events:  # a call that never finished (the app died in it): all it could
+        until = max(until, events[-1].ts)
+    return until
+
+
+async def _git_reasons(git: GitRunner, rec: SessionRecord, worktree: Path,
+                       events: Sequence[StoredEvent]) -> list[str]:
+    reasons = []
+    head = await _run(git, ["symbolic-ref", "-q", "HEAD"], worktree, ok=(0, 1))
+    if rec.branch and head.stdout.strip() != f"refs/heads/{rec.branch}":
+        other = head.stdout.strip().removeprefix("refs/heads/")
+        reasons.append(f"its worktree has {other} checked out" if other else "its worktree has a detached HEAD")
+    if rec.branch and rec.start_commit:
+        tip = await _rev(git, worktree, f"refs/heads/{rec.branch}^{{commit}}")
+        if tip is not None and tip != rec.start_commit:
+            ahead = int((await _run(git, ["rev-list", "--count", f"{rec.start_commit}..{tip}"], worktree)).stdout)
+            reasons.append(f"its branch {rec.branch} has {_count(ahead, 'commit')} of its own" if ahead
+                           else f"its branch {rec.branch} was moved")
+    changed = await changed_files(git, rec, worktree, events)
+    if changed:
+        shown = ", ".join(changed[:_SHOWN_FILES]) + (" …" if len(changed) > _SHOWN_FILES else "")
+        reasons.append(f"{_count(len(changed), 'file')} changed in its worktree after its agent's last step ({shown})")
+    return reasons
+
+
+async def changed_files(git: GitRunner, rec: SessionRecord, worktree: Path,
+                        events: Sequence[StoredEvent]) -> list[str]:
+    """The worktree's files (paths relative to it) that differ from the agent's latest
+    checkpoint and that no step of the agent explains."""
+    checkpoint = await _rev(git, worktree, f"{ref_for(rec.session_id)}^{{tree}}")
+    base = checkpoint or await _rev(git, worktree, "HEAD^{tree}")
+    if base is None:
+        return []
+    now = await _worktree_tree(git, worktree)
+    if now == base:
+        return []
+    out = (await _run(git, ["diff-tree", "-r", "-z", "--no-renames", "--name-status", base, now], worktree)).stdout
+    fields = out.split("\0")
+    entries = [(fields[i], fields[i + 1]) for i in range(0, len(fields) - 1, 2) if fields[i]]
+    until = agent_wrote_until(events, checkpointed=checkpoint is not None)
+    written = await git.blocking(_mtimes, worktree, [path for status, path in entries if status != "D"])
+    return [path for status, path in entries if status == "D" or written.get(path, float("inf")) > until]
+
+
+def _mtimes(worktree: Path, paths: list[str]) -> dict[str, float]:
+    found = {}
+    for path in paths:
+        try:
+            found[path] = os.lstat(worktree / path).st_mtime
+        except OSError:
+            continue  # gone meanwhile: it cannot be dated, so it counts
+    return found
+
+
+async def _worktree_tree(git: GitRunner, worktree: Path) -> str:
+    """The tree of the worktree as it is (tracked and new files, not ignored ones), through a
+    copy of its index: the worktree's own index and files stay as they are."""
+    real = await git.out(["rev-parse", "--path-format=absolute", "--git-path", "index"], cwd=worktree)
+    tmp = Path(await git.blocking(tempfile.mkdtemp, "", "ws-user-work-"))
+    try:
+        index = tmp / "index"
+        if await git.blocking(os.path.isfile, real):  # its stat cache spares rehashing every file
+            await git.blocking(shutil.copy2, real, index)
+        env = {"GIT_INDEX_FILE": str(index)}
+        await git.run(["add", "-A", "--", "."], cwd=worktree, env=env)
+        return await git.out(["write-tree"], cwd=worktree, env=env)
+    finally:
+        await git.blocking(shutil.rmtree, tmp, True)
+
+
+async def _rev(git: GitRunner, cwd: Path, ref: str) -> str | None:
+    res = await _run(git, ["rev-parse", "--verify", "-q", ref], cwd, ok=(0, 1))
+    return res.stdout.strip() if res.returncode == 0 and res.stdout.strip() else None
+
+
+async def _run(git: GitRunner, args: list[str], cwd: Path, *, ok: tuple[int, ...] = (0,)) -> GitResult:
+    res = await git.run(args, cwd=cwd, check=False)
+    if res.returncode not in ok:
+        raise GitCommandError(res)
+    return res
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
