@@ -356,9 +356,9 @@ class Application:
                                    manifest=demo.manifest, headless=demo.headless)
         plan = started.plan
         log.info("demo '%s': %d sessions in %s", plan.manifest.name, len(plan.sessions), plan.workdir)
-        if started.replaced and self.window is not None:
-            self.window.show_status(f"The demo's {len(started.session_ids)} sessions replace the "
-                                    f"{started.replaced} an earlier demo run made", 20000)
+        notice = started.notice()
+        if notice and self.window is not None:  # which it kept, and that they are the user's now
+            self.window.show_status(notice[0].upper() + notice[1:], 20000)
         if demo.record is not None and self.recorder is not None:
             from workstation.ui.recorder import RecordingOptions
 

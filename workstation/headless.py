@@ -115,8 +115,10 @@ async def _fleet_demo(args: argparse.Namespace) -> int:
         started = await start_demo(fleet, settings.data_dir, sessions=args.sessions, manifest=args.manifest,
                                    headless=True)
         plan = started.plan
-        if started.replaced:
-            _say(f"removed the {started.replaced} session(s) an earlier demo run made")
+        if started.notice():
+            _say(started.notice())
+        for kept in started.kept:
+            _say(f"  {kept.name}: {'; '.join(kept.reasons)}")
         _say(f"demo '{plan.manifest.name}': {len(plan.sessions)} sessions on "
              f"{len(plan.repos)} sample repositories in {plan.workdir}")
         scope = list(started.session_ids)

@@ -1,5 +1,6 @@
 """Running the demo again on the same data folder: the new set replaces the one an earlier
-run made (32 sessions, not 64), and nothing the user made is touched."""
+run made (32 sessions, not 64), nothing the user made is touched, and a demo session the user
+worked in is kept as theirs."""
 
 from __future__ import annotations
 
@@ -10,19 +11,40 @@ import httpx
 import pytest
 
 from tests.fleet.conftest import git
-from tests.fleet.fakes import Script, factory
+from tests.fleet.fakes import FakeAgent, Script
+from workstation.core import agent_events as ev
 from workstation.core.endpoints import Endpoint
+from workstation.fleet.agent_bridge import AgentSetup
 from workstation.fleet.demo_manifest import DemoManifestError
-from workstation.fleet.demo_run import MADE_FILE, earlier_demo_sessions, prepare_demo, start_demo
+from workstation.fleet.demo_run import MADE_FILE, earlier_demo_sessions, keep_worked_in, prepare_demo, start_demo
 from workstation.fleet.service import Fleet
 from workstation.fleet.session import SessionSpec
 
 EP = Endpoint(base_url="http://e1.test/v1", api_key="", model="m", name="e1")
 
 
-def make_fleet(data: Path, http: httpx.AsyncClient) -> Fleet:
-    return Fleet(data_dir=data, endpoints=(EP,), agent_factory=factory(Script(steps=1)), http=http,
-                 max_generating=32, engine_poll_s=0.05)
+class ReplyingAgent(FakeAgent):
+    """The scripted agent, telling of the user's message as the real agent's ``reply`` does."""
+
+    async def run(self) -> ev.RunFinished:
+        if self.s.user_message:
+            self._emit(ev.UserMessageAdded(self.s.session_id, self.s.user_message))
+        return await super().run()
+
+
+def make_fleet(data: Path, http: httpx.AsyncClient, script: Script | None = None) -> Fleet:
+    plays = script or Script(steps=1)
+
+    def agent(setup: AgentSetup) -> FakeAgent:
+        return ReplyingAgent(setup, plays)
+
+    return Fleet(data_dir=data, endpoints=(EP,), agent_factory=agent, http=http, max_generating=32,
+                 engine_poll_s=0.05)
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (git's own folders too) with its bytes."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 async def demo_run(data: Path, http: httpx.AsyncClient, *, sessions: int | None = None,
@@ -124,3 +146,108 @@ def test_two_runs_in_one_second_get_folders_of_their_own(tmp_path: Path, monkeyp
     (tmp_path / "demo" / "mine" / "notes.txt").write_text("keep")
     assert demo_run._run_folders(tmp_path) == [first.workdir.resolve(), second.workdir.resolve()]
     assert earlier_demo_sessions([], tmp_path, first.manifest) == []
+
+
+async def test_demo_sessions_you_worked_in_stay_yours_and_only_the_others_are_replaced(
+        tmp_path: Path, mock_http: httpx.AsyncClient) -> None:
+    data = tmp_path / "data"
+    fleet, first, _ = await demo_run(data, mock_http, sessions=4)
+    said, committed, renamed, untouched = first
+    await fleet.reply(said, "Also add a docstring, please")
+    tree = Path(fleet.record(committed).worktree_path)
+    (tree / "mine.py").write_text("MINE = 1\n")
+    git(tree, "add", "mine.py")
+    git(tree, "commit", "-qm", "my own commit")
+    await fleet.shelf.rename(renamed, "my-fix")
+    await asyncio.wait_for(fleet.wait_settled(), 60)
+    kept = (said, committed, renamed)
+    records = {sid: fleet.record(sid) for sid in kept}
+    before = {sid: files_of(Path(rec.worktree_path)) for sid, rec in records.items()}
+    events = {sid: await fleet.store.count_events(sid) for sid in kept}
+    folder = Path(records[said].repo_path).parent  # the first run's folder: its sample repositories
+    samples = files_of(folder)
+    gone = fleet.record(untouched)
+    await fleet.aclose()
+
+    fleet, second, replaced = await demo_run(data, mock_http, sessions=4)
+    started_kept = {s.session_id for s in fleet.sessions()} - set(second)
+    assert replaced == 1 and started_kept == set(kept)
+    assert not Path(gone.worktree_path).exists() and untouched not in {s.session_id for s in fleet.sessions()}
+    assert f"ws/{gone.name}" not in git(Path(gone.repo_path), "branch", "--list", f"ws/{gone.name}")
+    for sid, rec in records.items():  # worktree, branch, transcript: as the user left them
+        now = fleet.record(sid)
+        assert (now.name, now.worktree_path, now.branch) == (rec.name, rec.worktree_path, rec.branch)
+        assert files_of(Path(rec.worktree_path)) == before[sid]
+        assert await fleet.store.count_events(sid) == events[sid]
+        assert git(Path(rec.repo_path), "rev-parse", f"refs/heads/{rec.branch}")
+    def checkouts(files: dict[str, bytes]) -> dict[str, bytes]:  # git's own books change with the removed branch
+        return {path: body for path, body in files.items() if "/.git/" not in path and path != MADE_FILE}
+
+    assert folder.is_dir() and checkouts(files_of(folder)) == checkouts(samples)  # nothing of it deleted
+    assert (folder / MADE_FILE).read_text().split() == [untouched]  # adopted: off the demo's list
+    await fleet.aclose()
+
+    fleet = make_fleet(data, mock_http)
+    await fleet.start()
+    third = await start_demo(fleet, data, sessions=4, headless=True)
+    await asyncio.wait_for(fleet.wait_settled(), 60)
+    assert third.kept == () and third.replaced == 4  # the second run's set; the adopted ones are not the demo's
+    assert {s.session_id for s in fleet.sessions()} == {*third.session_ids, *kept}
+    assert all(files_of(Path(rec.worktree_path)) == before[sid] for sid, rec in records.items())
+    await fleet.aclose()
+
+
+async def test_the_run_says_which_it_kept_and_why(tmp_path: Path, mock_http: httpx.AsyncClient) -> None:
+    data = tmp_path / "data"
+    fleet, first, _ = await demo_run(data, mock_http, sessions=3)
+    await fleet.reply(first[0], "and the README")
+    await fleet.shelf.rename(first[1], "my-fix")
+    await asyncio.wait_for(fleet.wait_settled(), 60)
+    name = fleet.record(first[0]).name
+    old = fleet.record(first[1]).spec.name
+    started = await start_demo(fleet, data, sessions=3, headless=True)
+    await asyncio.wait_for(fleet.wait_settled(), 60)
+    assert [(k.name, k.reasons) for k in started.kept] == [
+        (name, ("you sent it 1 message",)), ("my-fix", (f"you renamed it (from {old})",))]
+    assert started.notice() == (f"kept 2 demo session(s) you worked in, as yours now ({name}, my-fix); "
+                                "replaced the 1 other(s) an earlier demo run made")
+    await fleet.aclose()
+
+
+async def test_a_working_demo_session_is_held_while_it_is_read_and_continues_when_kept(
+        tmp_path: Path, mock_http: httpx.AsyncClient) -> None:
+    """The window's fleet resumes sessions at its start: their files must not move while
+    they are read; a kept one goes on working, the others wait to be removed."""
+    data = tmp_path / "data"
+    fleet = make_fleet(data, mock_http, Script(steps=4, turn_s=0.4))
+    await fleet.start()
+    started = await start_demo(fleet, data, sessions=2, headless=True)
+    mine, other = started.session_ids
+    fleet.store.append_event(mine, "UserMessageAdded", {"session_id": mine, "text": "mine now"})
+    assert all(fleet.record(sid).state.is_working for sid in (mine, other))
+    kept = await keep_worked_in(fleet, [mine, other])
+    assert [k.session_id for k in kept] == [mine]
+    assert fleet.record(mine).state.is_working and fleet.record(other).state.value == "paused"
+    await asyncio.wait_for(fleet.wait_settled(), 60)
+    assert fleet.record(mine).state.value == "done"
+    await fleet.aclose()
+
+
+async def test_a_folder_from_before_the_lists_gets_one_when_a_session_of_it_is_kept(
+        tmp_path: Path, mock_http: httpx.AsyncClient) -> None:
+    from workstation.fleet.demo_run import demo_specs
+
+    data = tmp_path / "data"
+    fleet = make_fleet(data, mock_http)
+    await fleet.start()
+    old = await asyncio.to_thread(prepare_demo, data, sessions=2, workdir=data / "demo" / "20250101-120000")
+    mine, other = [(await fleet.create_session(spec)).session_id for spec in demo_specs(old, headless=True)]
+    await fleet.shelf.rename(mine, "kept-one")
+    started = await start_demo(fleet, data, sessions=2, headless=True)
+    await asyncio.wait_for(fleet.wait_settled(), 60)
+    assert [k.session_id for k in started.kept] == [mine] and started.replaced == 1
+    assert (old.workdir / MADE_FILE).read_text().split() == [other]  # the demo's there: only the removed one
+    assert earlier_demo_sessions(fleet.book.records(), data, started.plan.manifest,
+                                 keep=started.plan.workdir) == []
+    assert {s.session_id for s in fleet.sessions()} == {mine, *started.session_ids}
+    await fleet.aclose()

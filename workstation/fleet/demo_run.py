@@ -14,6 +14,12 @@ and then the earlier folders that no remaining session uses. Sessions the user m
 never touched, even on a demo's sample repository: only what a demo run wrote down is
 removed (folders from before the list existed: the sessions on their sample repositories
 whose task is one of the manifest's, word for word).
+
+A demo session the user worked in is not the demo's any more: one with a message they sent,
+an approval they answered, a commit on its branch, a file they changed, a new name, a ready
+mark … (``user_work.py`` says what counts, and why) is kept with its worktree, branch and
+transcript, and adopted: its id leaves its run's list before anything is removed, so no later
+run takes it for the demo's again. The run says which it kept (``DemoStart.notice``).
 """
 
 from __future__ import annotations
@@ -21,22 +27,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import re
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from workstation.core.errors import UserError
 from workstation.fleet.demo_manifest import DemoManifest, DemoSession, load_manifest, plan_sessions, prepare_repositories
 from workstation.fleet.session import SessionRecord, SessionSpec
+from workstation.fleet.user_work import user_work
 
 if TYPE_CHECKING:
     from workstation.fleet.service import Fleet
 
 log = logging.getLogger(__name__)
 
+_NAMES_SHOWN = 6
 MADE_FILE = "sessions.txt"
 """In a demo run's folder: the ids of the sessions that run made, one a line."""
 _RUN_FOLDER_RE = re.compile(r"^\d{8}-\d{6}(-\d+)?$")
@@ -52,13 +62,33 @@ class DemoPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class KeptSession:
+    """A session an earlier demo run made that the user worked in: kept, and theirs now."""
+
+    session_id: str
+    name: str
+    reasons: tuple[str, ...]
+    """What of it is the user's ("you sent it 1 message", …), from ``user_work``."""
+
+
+@dataclass(frozen=True, slots=True)
 class DemoStart:
-    """What ``start_demo`` did: its plan, the sessions it made (in plan order) and how many
-    an earlier run had made that it removed first."""
+    """What ``start_demo`` did: its plan, the sessions it made (in plan order), how many an
+    earlier run had made that it removed first, and those of the earlier run it kept."""
 
     plan: DemoPlan
     session_ids: tuple[str, ...]
     replaced: int
+    kept: tuple[KeptSession, ...] = ()
+
+    def notice(self) -> str:
+        """One line for the terminal and the window's status bar; empty when no earlier run
+        left sessions."""
+        if not self.kept:
+            return f"removed the {self.replaced} session(s) an earlier demo run made" if self.replaced else ""
+        names = ", ".join(k.name for k in self.kept[:_NAMES_SHOWN]) + (" …" if len(self.kept) > _NAMES_SHOWN else "")
+        line = f"kept {len(self.kept)} demo session(s) you worked in, as yours now ({names})"
+        return line + (f"; replaced the {self.replaced} other(s) an earlier demo run made" if self.replaced else "")
 
 
 def demo_root(data_dir: Path) -> Path:
@@ -93,16 +123,25 @@ def demo_specs(plan: DemoPlan, *, headless: bool) -> list[SessionSpec]:
 
 async def start_demo(fleet: Fleet, data_dir: Path, *, sessions: int | None = None,
                      manifest: str | Path | None = None, headless: bool) -> DemoStart:
-    """Remove the sessions earlier demo runs made — first, so that those the fleet resumed
-    at its start stop at once — then prepare the plan, delete the earlier folders no session
-    uses any more, and create and start the plan's sessions, each written down in the plan's
-    folder as soon as it exists. A bad manifest or count fails before anything is removed."""
+    """Sort the sessions earlier demo runs made into those the user worked in — kept and
+    adopted — and the rest, removed first so that those the fleet resumed at its start stop
+    at once; then prepare the plan, delete the earlier folders no session uses any more, and
+    create and start the plan's sessions, each written down in the plan's folder as soon as
+    it exists. A bad manifest or count fails before anything is removed, and so does a store
+    that cannot be read (what the user did is not known then)."""
     loaded = await asyncio.to_thread(load_manifest, manifest)
     plan_sessions(loaded, sessions)
-    earlier = earlier_demo_sessions(fleet.book.records(), data_dir, loaded)
-    if earlier:
-        log.info("demo: removing the %d session(s) an earlier demo run made", len(earlier))
-        await fleet.remove_many(earlier)
+    folders = demo_sessions_by_folder(fleet.book.records(), data_dir, loaded)
+    earlier = [sid for ids in folders.values() for sid in ids]
+    kept = await keep_worked_in(fleet, earlier)
+    adopted = {k.session_id for k in kept}
+    await asyncio.to_thread(adopt, folders, adopted)  # before anything goes: a crash keeps them kept
+    for k in kept:
+        log.info("demo: kept %s, which you worked in: %s", k.name, "; ".join(k.reasons))
+    replaced = [sid for sid in earlier if sid not in adopted]
+    if replaced:
+        log.info("demo: removing the %d session(s) an earlier demo run made", len(replaced))
+        await fleet.remove_many(replaced)
     plan = await asyncio.to_thread(prepare_demo, data_dir, sessions=sessions, manifest=manifest)
     await asyncio.to_thread(remove_unused_demo_folders, data_dir, fleet.book.records(), keep=plan.workdir)
     made: list[str] = []
@@ -112,28 +151,81 @@ async def start_demo(fleet: Fleet, data_dir: Path, *, sessions: int | None = Non
         await asyncio.to_thread(_write_made, plan.workdir, summary.session_id)
     for session_id in made:
         await fleet.start_session(session_id)
-    return DemoStart(plan=plan, session_ids=tuple(made), replaced=len(earlier))
+    return DemoStart(plan=plan, session_ids=tuple(made), replaced=len(replaced), kept=tuple(kept))
+
+
+async def keep_worked_in(fleet: Fleet, session_ids: Sequence[str]) -> list[KeptSession]:
+    """The sessions of ``session_ids`` the user worked in (``user_work``), in that order.
+    Those working now (the window's fleet resumes sessions at its start) are paused first, so
+    their files hold still while they are read; the kept ones among them continue after."""
+    working = [sid for sid in session_ids if fleet.book.rec(sid).state.is_working]
+    for sid in working:
+        await fleet.pause(sid)
+    try:
+        found = await asyncio.gather(*(user_work(fleet.store, fleet.git, fleet.book.rec(sid)) for sid in session_ids))
+    except Exception:  # the store cannot be read: nothing will be removed, so all of them go on
+        for sid in working:
+            await _go_on(fleet, sid)
+        raise
+    kept = [KeptSession(sid, fleet.book.rec(sid).name, reasons)
+            for sid, reasons in zip(session_ids, found, strict=True) if reasons]
+    for k in kept:
+        if k.session_id in working:
+            await _go_on(fleet, k.session_id)
+    return kept
+
+
+async def _go_on(fleet: Fleet, session_id: str) -> None:
+    try:
+        await fleet.start_session(session_id)
+    except UserError as exc:  # it stays paused, as the user can see
+        log.warning("demo: %s stays paused: %s", fleet.book.rec(session_id).name, exc)
+
+
+def adopt(folders: dict[Path, list[str]], kept: set[str]) -> None:
+    """Take the kept sessions off their runs' lists, so no later run takes them for the
+    demo's: a list is rewritten without them, a folder from before the lists gets one naming
+    the demo sessions it still has. Blocking: run it off the event loop."""
+    for folder, ids in folders.items():
+        if not kept.intersection(ids):
+            continue
+        listed = folder / MADE_FILE
+        lines = listed.read_text(encoding="utf-8").splitlines() if listed.is_file() else ids
+        rest = [line.strip() for line in lines if line.strip() and line.strip() not in kept]
+        fresh = listed.with_name(MADE_FILE + ".new")
+        fresh.write_text("".join(f"{sid}\n" for sid in rest), encoding="utf-8")
+        os.replace(fresh, listed)
 
 
 def earlier_demo_sessions(records: Iterable[SessionRecord], data_dir: Path, manifest: DemoManifest, *,
                           keep: Path | None = None) -> list[str]:
     """Ids of the sessions that earlier demo runs in ``data_dir`` made (never those of the
     run whose folder is ``keep``)."""
+    return [sid for ids in demo_sessions_by_folder(records, data_dir, manifest, keep=keep).values() for sid in ids]
+
+
+def demo_sessions_by_folder(records: Iterable[SessionRecord], data_dir: Path, manifest: DemoManifest, *,
+                            keep: Path | None = None) -> dict[Path, list[str]]:
+    """Each earlier run's folder → the ids of the sessions it made that still exist."""
     records = list(records)
     known = {r.session_id for r in records}
     prompts = {t.prompt for t in manifest.tasks}
-    found: list[str] = []
+    seen: set[str] = set()
+    found: dict[Path, list[str]] = {}
     for folder in _run_folders(data_dir):
         if keep is not None and folder == keep.resolve():
             continue
         listed = folder / MADE_FILE
         if listed.is_file():
             ids = [line.strip() for line in listed.read_text(encoding="utf-8").splitlines()]
-            found.extend(i for i in ids if i in known and i not in found)
+            mine = [i for i in dict.fromkeys(ids) if i in known and i not in seen]
         else:  # a folder made before the list: its sample repositories' sessions on the manifest's tasks
-            found.extend(r.session_id for r in records
-                         if r.session_id not in found and _inside(r.repo_path or r.spec.repo, folder)
-                         and r.spec.task in prompts)
+            mine = [r.session_id for r in records
+                    if r.session_id not in seen and _inside(r.repo_path or r.spec.repo, folder)
+                    and r.spec.task in prompts]
+        if mine:
+            found[folder] = mine
+            seen.update(mine)
     return found
 
 
