@@ -43,8 +43,23 @@ def test_headless_fleet_demo_prints_a_table_and_a_summary(tmp_path, smollm2_engi
     assert again.returncode in (0, 1) and "Traceback" not in again.stderr, again.stderr[-2000:]
     assert "removed the 2 session(s) an earlier demo run made" in again.stderr
     with sqlite3.connect(tmp_path / "data" / "store.sqlite3") as db:
-        names = sorted(row[0] for row in db.execute("SELECT name FROM sessions"))
+        rows = sorted(db.execute("SELECT name, worktree_path FROM sessions"))
+    names = [name for name, _ in rows]
     assert len(names) == 2 and not any(n.endswith("-2") for n in names)  # replaced, not 2 more
+    # the real agent's own work (stopped at the duration, maybe mid-command) is not the user's;
+    # a file the user changes after it is
+    mine, tree = rows[0]
+    with open(os.path.join(tree, "README.md"), "a", encoding="utf-8") as readme:
+        readme.write("A note of mine.\n")
+    third = _demo(tmp_path, smollm2_engine, "--sessions", "2", "--duration", "5")
+    assert third.returncode in (0, 1) and "Traceback" not in third.stderr, third.stderr[-2000:]
+    assert (f"kept 1 demo session(s) you worked in, as yours now ({mine}); "
+            "replaced the 1 other(s) an earlier demo run made") in third.stderr
+    assert f"  {mine}: 1 file changed in its worktree after its agent's last step (README.md)" in third.stderr
+    with sqlite3.connect(tmp_path / "data" / "store.sqlite3") as db:
+        kept = db.execute("SELECT worktree_path FROM sessions WHERE name=?", (mine,)).fetchall()
+        assert db.execute("SELECT COUNT(*) FROM sessions").fetchone()[0] == 3
+    assert kept == [(tree,)] and open(os.path.join(tree, "README.md"), encoding="utf-8").read().endswith("mine.\n")
 
 
 def test_recording_into_a_missing_folder_is_a_clear_error(tmp_path, smollm2_engine):
