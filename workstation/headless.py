@@ -119,6 +119,8 @@ async def _fleet_demo(args: argparse.Namespace) -> int:
             _say(started.notice())
         for kept in started.kept:
             _say(f"  {kept.name}: {'; '.join(kept.reasons)}")
+        for folder in started.kept_folders:
+            _say(f"  {folder.path}: {'; '.join(folder.reasons)}")
         _say(f"demo '{plan.manifest.name}': {len(plan.sessions)} sessions on "
              f"{len(plan.repos)} sample repositories in {plan.workdir}")
         scope = list(started.session_ids)

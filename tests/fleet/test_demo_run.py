@@ -16,7 +16,14 @@ from workstation.core import agent_events as ev
 from workstation.core.endpoints import Endpoint
 from workstation.fleet.agent_bridge import AgentSetup
 from workstation.fleet.demo_manifest import DemoManifestError
-from workstation.fleet.demo_run import MADE_FILE, earlier_demo_sessions, keep_worked_in, prepare_demo, start_demo
+from workstation.fleet.demo_run import (
+    KEPT_FILE,
+    MADE_FILE,
+    earlier_demo_sessions,
+    keep_worked_in,
+    prepare_demo,
+    start_demo,
+)
 from workstation.fleet.service import Fleet
 from workstation.fleet.session import SessionSpec
 
@@ -251,3 +258,42 @@ async def test_a_folder_from_before_the_lists_gets_one_when_a_session_of_it_is_k
                                  keep=started.plan.workdir) == []
     assert {s.session_id for s in fleet.sessions()} == {mine, *started.session_ids}
     await fleet.aclose()
+
+
+async def test_a_folder_no_session_uses_stays_where_a_sample_repository_has_work_of_yours(
+        tmp_path: Path, mock_http: httpx.AsyncClient) -> None:
+    data = tmp_path / "data"
+    fleet, first, _ = await demo_run(data, mock_http, sessions=2)
+    sample = Path(fleet.record(first[0]).repo_path)
+    folder = sample.parent
+    (sample / "NOTES.md").write_text("what I learned\n")
+    git(sample, "add", "NOTES.md")
+    git(sample, "commit", "-qm", "my notes, by hand in the sample")
+    before = files_of(sample)
+    await fleet.aclose()
+
+    fleet, second, replaced = await demo_run(data, mock_http, sessions=2)
+    started_again = {s.session_id for s in fleet.sessions()}
+    assert replaced == 2 and started_again == set(second)  # no session of the first run was worked in
+    assert folder.is_dir() and files_of(sample).items() >= {k: v for k, v in before.items()
+                                                            if "/.git/" not in f"/{k}"}.items()
+    assert git(sample, "log", "-1", "--format=%s") == "my notes, by hand in the sample"
+    assert f"{sample.name}: 1 commit the sample did not make" in (folder / KEPT_FILE).read_text()
+    await fleet.aclose()
+
+    fleet = make_fleet(data, mock_http)
+    await fleet.start()
+    third = await start_demo(fleet, data, sessions=2, headless=True)
+    await asyncio.wait_for(fleet.wait_settled(), 60)
+    assert third.replaced == 2 and third.kept_folders == () and folder.is_dir()  # told once, left alone after
+    assert earlier_demo_sessions([], data, third.plan.manifest) == []
+    await fleet.aclose()
+
+
+def test_the_notice_names_a_folder_left_in_place(tmp_path: Path) -> None:
+    from workstation.fleet.demo_run import DemoStart, KeptFolder
+
+    plan = prepare_demo(tmp_path, sessions=1)
+    started = DemoStart(plan, ("a",), 2, kept_folders=(KeptFolder(tmp_path / "old", ("datekit: 1 commit …",)),))
+    assert started.notice() == (f"removed the 2 session(s) an earlier demo run made; left {tmp_path / 'old'} "
+                                f"in place: work of yours is there ({KEPT_FILE} says what)")

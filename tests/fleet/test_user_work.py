@@ -20,7 +20,8 @@ from workstation.agent.checkpoints import CheckpointStore
 from workstation.core.endpoints import Endpoint
 from workstation.fleet.service import Fleet
 from workstation.fleet.session import SessionSpec
-from workstation.fleet.user_work import user_work
+from workstation.fleet.sample_repos import create_sample_repository
+from workstation.fleet.user_work import SAMPLE_AUTHOR_EMAIL, repository_work, user_work
 
 EP = Endpoint(base_url="http://e1.test/v1", api_key="", model="m", name="e1")
 
@@ -171,3 +172,22 @@ async def test_a_worktree_git_cannot_read_counts_as_the_users_and_a_missing_one_
         other, tree2 = await made(fleet, git_repo, "t")
         await asyncio.to_thread(shutil.rmtree, tree2)
         assert await reasons(fleet, other) == ()
+
+
+async def test_a_sample_repository_tells_work_of_the_users_from_its_own(tmp_path: Path) -> None:
+    from workstation.fleet.gitproc import GitRunner
+
+    repo = await asyncio.to_thread(create_sample_repository, "datekit", tmp_path / "datekit")
+    assert set(git(repo, "log", "--branches", "--format=%ae").split()) == {SAMPLE_AUTHOR_EMAIL}
+    runner = GitRunner()
+    try:
+        assert await repository_work(runner, repo) == ()
+        (repo / "NOTES.md").write_text("mine\n")
+        assert await repository_work(runner, repo) == ("1 changed file in its checkout",)
+        git(repo, "add", "NOTES.md")
+        git(repo, "commit", "-qm", "my notes")
+        git(repo, "branch", "try-this")
+        assert await repository_work(runner, repo) == ("1 commit the sample did not make", "branch try-this")
+        assert (await repository_work(runner, tmp_path))[0].startswith("it could not be read (")
+    finally:
+        await runner.aclose()

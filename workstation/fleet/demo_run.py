@@ -19,7 +19,11 @@ A demo session the user worked in is not the demo's any more: one with a message
 an approval they answered, a commit on its branch, a file they changed, a new name, a ready
 mark … (``user_work.py`` says what counts, and why) is kept with its worktree, branch and
 transcript, and adopted: its id leaves its run's list before anything is removed, so no later
-run takes it for the demo's again. The run says which it kept (``DemoStart.notice``).
+run takes it for the demo's again. An earlier folder no session uses is deleted only when
+none of its sample repositories holds work of the user's either (a session merged into its
+``main`` and then removed, a commit made there by hand): such a folder is left where it is,
+with a ``YOURS.txt`` saying why, and no later run looks at it again. The run says what it
+kept (``DemoStart.notice``).
 """
 
 from __future__ import annotations
@@ -39,9 +43,10 @@ from typing import TYPE_CHECKING
 from workstation.core.errors import UserError
 from workstation.fleet.demo_manifest import DemoManifest, DemoSession, load_manifest, plan_sessions, prepare_repositories
 from workstation.fleet.session import SessionRecord, SessionSpec
-from workstation.fleet.user_work import user_work
+from workstation.fleet.user_work import repository_work, user_work
 
 if TYPE_CHECKING:
+    from workstation.fleet.gitproc import GitRunner
     from workstation.fleet.service import Fleet
 
 log = logging.getLogger(__name__)
@@ -49,6 +54,8 @@ log = logging.getLogger(__name__)
 _NAMES_SHOWN = 6
 MADE_FILE = "sessions.txt"
 """In a demo run's folder: the ids of the sessions that run made, one a line."""
+KEPT_FILE = "YOURS.txt"
+"""In an earlier run's folder kept for the user's work in it: why; such a folder is no run's."""
 _RUN_FOLDER_RE = re.compile(r"^\d{8}-\d{6}(-\d+)?$")
 """A run's folder name (its start time) where it has no list yet (made before the list)."""
 
@@ -72,6 +79,15 @@ class KeptSession:
 
 
 @dataclass(frozen=True, slots=True)
+class KeptFolder:
+    """An earlier run's folder no session uses that holds work of the user's: left in place."""
+
+    path: Path
+    reasons: tuple[str, ...]
+    """Per sample repository: ``"datekit: 1 commit the sample did not make"``."""
+
+
+@dataclass(frozen=True, slots=True)
 class DemoStart:
     """What ``start_demo`` did: its plan, the sessions it made (in plan order), how many an
     earlier run had made that it removed first, and those of the earlier run it kept."""
@@ -80,15 +96,21 @@ class DemoStart:
     session_ids: tuple[str, ...]
     replaced: int
     kept: tuple[KeptSession, ...] = ()
+    kept_folders: tuple[KeptFolder, ...] = ()
 
     def notice(self) -> str:
         """One line for the terminal and the window's status bar; empty when no earlier run
-        left sessions."""
+        left anything."""
         if not self.kept:
-            return f"removed the {self.replaced} session(s) an earlier demo run made" if self.replaced else ""
-        names = ", ".join(k.name for k in self.kept[:_NAMES_SHOWN]) + (" …" if len(self.kept) > _NAMES_SHOWN else "")
-        line = f"kept {len(self.kept)} demo session(s) you worked in, as yours now ({names})"
-        return line + (f"; replaced the {self.replaced} other(s) an earlier demo run made" if self.replaced else "")
+            line = f"removed the {self.replaced} session(s) an earlier demo run made" if self.replaced else ""
+        else:
+            names = ", ".join(k.name for k in self.kept[:_NAMES_SHOWN]) + (" …" if len(self.kept) > _NAMES_SHOWN else "")
+            line = f"kept {len(self.kept)} demo session(s) you worked in, as yours now ({names})"
+            line += f"; replaced the {self.replaced} other(s) an earlier demo run made" if self.replaced else ""
+        if self.kept_folders:
+            where = ", ".join(str(f.path) for f in self.kept_folders)
+            line += ("; " if line else "") + f"left {where} in place: work of yours is there ({KEPT_FILE} says what)"
+        return line
 
 
 def demo_root(data_dir: Path) -> Path:
@@ -143,6 +165,8 @@ async def start_demo(fleet: Fleet, data_dir: Path, *, sessions: int | None = Non
         log.info("demo: removing the %d session(s) an earlier demo run made", len(replaced))
         await fleet.remove_many(replaced)
     plan = await asyncio.to_thread(prepare_demo, data_dir, sessions=sessions, manifest=manifest)
+    unused = await asyncio.to_thread(unused_demo_folders, data_dir, fleet.book.records(), keep=plan.workdir)
+    spared = await keep_folders_worked_in(fleet.git, unused)
     await asyncio.to_thread(remove_unused_demo_folders, data_dir, fleet.book.records(), keep=plan.workdir)
     made: list[str] = []
     for spec in demo_specs(plan, headless=headless):
@@ -151,7 +175,8 @@ async def start_demo(fleet: Fleet, data_dir: Path, *, sessions: int | None = Non
         await asyncio.to_thread(_write_made, plan.workdir, summary.session_id)
     for session_id in made:
         await fleet.start_session(session_id)
-    return DemoStart(plan=plan, session_ids=tuple(made), replaced=len(replaced), kept=tuple(kept))
+    return DemoStart(plan=plan, session_ids=tuple(made), replaced=len(replaced), kept=tuple(kept),
+                     kept_folders=tuple(spared))
 
 
 async def keep_worked_in(fleet: Fleet, session_ids: Sequence[str]) -> list[KeptSession]:
@@ -229,17 +254,36 @@ def demo_sessions_by_folder(records: Iterable[SessionRecord], data_dir: Path, ma
     return found
 
 
+async def keep_folders_worked_in(git: GitRunner, folders: Sequence[Path]) -> list[KeptFolder]:
+    """Of ``folders`` (earlier runs' folders no session uses), those where a sample repository
+    holds work of the user's (``repository_work``); each gets a ``YOURS.txt`` saying why, which
+    makes it no run's folder any more, so it is neither deleted nor asked about again."""
+    kept: list[KeptFolder] = []
+    for folder in folders:
+        repos = await asyncio.to_thread(lambda f=folder: sorted(p for p in f.iterdir() if (p / ".git").exists()))
+        reasons = [f"{repo.name}: {'; '.join(found)}" for repo in repos if (found := await repository_work(git, repo))]
+        if reasons:
+            text = ("workstation demo left this folder in place: work of yours is in its sample repositories.\n"
+                    + "".join(f"- {r}\n" for r in reasons) + "Delete it yourself once you no longer need it.\n")
+            await asyncio.to_thread((folder / KEPT_FILE).write_text, text, "utf-8")
+            log.info("demo: left %s in place: %s", folder, "; ".join(reasons))
+            kept.append(KeptFolder(folder, tuple(reasons)))
+    return kept
+
+
+def unused_demo_folders(data_dir: Path, records: Iterable[SessionRecord], *, keep: Path | None = None) -> list[Path]:
+    """The earlier runs' folders (sample repositories) that no session uses."""
+    used = [r.repo_path or r.spec.repo for r in records]
+    return [folder for folder in _run_folders(data_dir)
+            if (keep is None or folder != keep.resolve()) and not any(_inside(path, folder) for path in used if path)]
+
+
 def remove_unused_demo_folders(data_dir: Path, records: Iterable[SessionRecord], *,
                                keep: Path | None = None) -> list[Path]:
     """Delete the earlier demo folders (sample repositories) that no session uses; returns
     them. Blocking: run it off the event loop."""
-    used = [r.repo_path or r.spec.repo for r in records]
     removed: list[Path] = []
-    for folder in _run_folders(data_dir):
-        if keep is not None and folder == keep.resolve():
-            continue
-        if any(_inside(path, folder) for path in used if path):
-            continue
+    for folder in unused_demo_folders(data_dir, records, keep=keep):
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     if removed:  # the removed sessions' worktrees are gone; so are the folders that held them
@@ -254,7 +298,8 @@ def _run_folders(data_dir: Path) -> list[Path]:
     if not root.is_dir():
         return []
     return sorted(p.resolve() for p in root.iterdir()
-                  if p.is_dir() and not p.is_symlink() and (_RUN_FOLDER_RE.match(p.name) or (p / MADE_FILE).is_file()))
+                  if p.is_dir() and not p.is_symlink() and not (p / KEPT_FILE).exists()
+                  and (_RUN_FOLDER_RE.match(p.name) or (p / MADE_FILE).is_file()))
 
 
 def _fresh_folder(root: Path, stamp: str) -> Path:

@@ -24,6 +24,10 @@ as the user's.
 
 Not counted: pausing, stopping, resuming, watching a session in the focus view — they leave
 nothing behind to lose; ignored files — git does not see them and neither does a checkpoint.
+
+:func:`repository_work` asks the same of a sample repository the demo made (a session merged
+into its ``main``, a commit or a branch made there by hand, a changed file in its checkout):
+its folder is deleted only when nothing there is the user's.
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ from workstation.fleet.gitproc import GitCommandError, GitResult, GitRunner
 from workstation.fleet.session import SessionRecord
 from workstation.fleet.store import Store, StoredEvent
 
+SAMPLE_AUTHOR_EMAIL = "demo@workstation.invalid"
+"""Who made every commit of a sample repository (``sample_repos._AUTHOR``)."""
+_SAMPLE_BRANCHES = ("refs/heads/main", "refs/heads/bug/")
 _NOBODY = "no one can approve in this session"
 """The feedback of an approval refused because nobody could answer it."""
 _SHOWN_FILES = 3
@@ -57,6 +64,31 @@ async def user_work(store: Store, git: GitRunner, rec: SessionRecord) -> tuple[s
         reasons += await _git_reasons(git, rec, worktree, events)
     except (GitCommandError, OSError) as exc:
         reasons.append(f"its worktree could not be read ({exc}), so it counts as yours")
+    return tuple(reasons)
+
+
+async def repository_work(git: GitRunner, repo: Path) -> tuple[str, ...]:
+    """Why the sample repository ``repo`` holds work of the user's: commits on its branches
+    that the sample did not make, branches besides ``main`` and the bugs' (a session's ``ws/``
+    branch counts: the sessions' own are gone by the time this is asked), changed or new
+    files in its checkout. A repository git cannot read counts as the user's."""
+    try:
+        authors = await _run(git, ["log", "--branches", "--format=%ae"], repo)
+        heads = await _run(git, ["for-each-ref", "--format=%(refname)", "refs/heads"], repo)
+        status = await _run(git, ["status", "--porcelain", "-z", "--untracked-files=all"], repo)
+    except (GitCommandError, OSError) as exc:
+        return (f"it could not be read ({exc}), so it counts as yours",)
+    reasons = []
+    made = sum(1 for email in authors.stdout.split() if email != SAMPLE_AUTHOR_EMAIL)
+    if made:
+        reasons.append(f"{_count(made, 'commit')} the sample did not make")
+    other = [ref.removeprefix("refs/heads/") for ref in heads.stdout.split()
+             if ref != _SAMPLE_BRANCHES[0] and not ref.startswith(_SAMPLE_BRANCHES[1])]
+    if other:
+        reasons.append(f"branch {', '.join(other[:_SHOWN_FILES])}{' …' if len(other) > _SHOWN_FILES else ''}")
+    changed = [entry for entry in status.stdout.split("\0") if len(entry) > 3]
+    if changed:
+        reasons.append(f"{_count(len(changed), 'changed file')} in its checkout")
     return tuple(reasons)
 
 
