@@ -1,6 +1,7 @@
 """Where each agent event of each session goes: stored (all but the per-token pieces),
-counted into the session's token stats, mapped to a session state, and re-emitted as
-``SessionAgentEvent`` — the hot path, one call per streamed token.
+counted into the session's token stats (usage; the shown pieces only where no chat client
+reports generated tokens, ``fleet/stats.py``), mapped to a session state, and re-emitted as
+``SessionAgentEvent`` — the hot path, one call per streamed piece.
 
 Before a tool runs (``ToolCallStarted``) everything queued is committed, so after a crash
 the tool is known to have started and is reported as interrupted instead of being run
@@ -49,7 +50,7 @@ class SessionEventSink:
         if isinstance(event, ev.ToolCallStarted):
             store.commit_now()
         elif isinstance(event, _STREAMED):
-            self._stats.streamed(session_id, event.tokens)
+            self._stats.shown(session_id, event.tokens)
         elif isinstance(event, ev.UsageReported):
             rec.prompt_tokens += event.prompt_tokens
             rec.completion_tokens += event.completion_tokens

@@ -132,7 +132,8 @@ class Fleet:
             on_waiting=lambda sid, summary: self.book.set_state(sid, S.AWAITING_APPROVAL, summary),
             on_answered=lambda sid: self.book.set_state(sid, S.RUNNING, "approval answered"),
         )
-        self.stats = SessionStats(self.book, emit=emit, streams=streams, costs=self.costs)
+        self.stats = SessionStats(self.book, emit=emit, streams=streams, costs=self.costs,
+                                  token_feed=getattr(agent_factory, "token_observers", None))
         self.streams = self.stats.streams
         """The app's one token rate: every session's streamed tokens and usage."""
         self.sink = SessionEventSink(self.book, self.store, self.stats, emit=self.agent_event.emit)

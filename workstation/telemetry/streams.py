@@ -8,11 +8,13 @@ Two sources, kept apart:
 
 * ``on_usage`` — the ``usage`` object that ends each stream (requested with
   ``stream_options.include_usage``): authoritative prompt / cached / completion counts;
-* ``on_chunk`` — one call per streamed delta with text: a live estimate for the pane's
-  tok/s. vLLM sends one SSE event per generated token unless ``--stream-interval``
-  batches them, but a token whose text is empty (an end-of-turn token, half a UTF-8
-  character) sends none, so chunks slightly undercount (measured on the CPU engine:
-  59 content chunks for 64 tokens); ``usage`` then gives the true count.
+* ``on_chunk`` — generated tokens as they stream: the live count of the pane's tok/s (the
+  fleet feeds it each delta's token-carrying events of every request of the session,
+  ``fleet/stats.py``; never the text a pane shows, which is no measure of generation).
+  vLLM sends one SSE event per generated token unless ``--stream-interval`` batches them,
+  but a token whose text is empty (an end-of-turn token, half a UTF-8 character) sends
+  none, so events slightly undercount (measured on the CPU engine: 64 events for 64 tokens
+  of one choice, 206-218 for 211-222 of six); ``usage`` then gives the true count.
 
 The hot path (``on_chunk``) is a dict lookup and an integer add into a 0.25 s bucket.
 Nothing here emits per chunk; the meters publish :meth:`snapshot` at their own rate.

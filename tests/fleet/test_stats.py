@@ -1,0 +1,168 @@
+"""A pane's tok/s counts the tokens the engine generated for its session, and nothing else.
+
+The guided protocol in the real agent loop (scripted server, real tools, real pytest in a real
+sample repository), run by a fleet: the transcript it shows is no measure of generation — a
+note after the drafts, and after failed tests a draft drawn turns ago, shown whole while the
+engine generates nothing; and of the drafts it draws only one is shown."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import subprocess
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.fleet.conftest import GIT_ENV
+from tests.helpers.scripted_server import Reply, ScriptedServer
+from workstation.agent import Agent, AgentConfig
+from workstation.core.approvals import ApprovalPolicy
+from workstation.core.endpoints import Endpoint
+from workstation.engine.chat_client import ChatClient
+from workstation.engine.http import make_http_client
+from workstation.fleet.agent_bridge import AgentSetup
+from workstation.fleet.sample_repos import create_sample_repository
+from workstation.fleet.service import Fleet
+from workstation.fleet.session import SessionSpec
+from workstation.fleet.stats import SessionStats, TokenObserver
+
+SMOLLM2_PARAMETERS = 134_515_008  # a model the guided protocol is for
+GOOD = ("```python\ndef total_value(self):\n"
+        '    """What the whole stock is worth: price times quantity, summed over items."""\n'
+        "    return sum(item.price * item.quantity for item in self._items.values())\n```")
+WRONG = GOOD.replace("item.price * item.quantity", "item.price * item.quantity * 2")
+EXPLICIT = ("Inventory.total_value in inventory/stock.py ignores the quantity: it must multiply each price "
+            "by its quantity, item.price * item.quantity. Then run the tests.")
+
+
+class ReportingClient(ChatClient):
+    """A chat client that tells ``token_observers`` each delta's generated tokens (its
+    ``events``) of every request — what the fleet's real factory is to give its clients
+    (the change to ``ChatClient`` proposed with this test); ``requests_open`` and ``ended``
+    let the test see what the pane counted while no request was streaming."""
+
+    def __init__(self, *args: Any, token_observers: list[TokenObserver], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.token_observers = token_observers
+        self.generated = 0
+        self.requests_open = 0
+        self.ended: list[int] = []
+        """The pane's count of the session's tokens as each request ended."""
+        self.fleet: Fleet | None = None
+
+    async def stream_chat(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:  # type: ignore[override]
+        self.requests_open += 1
+        try:
+            async for delta in super().stream_chat(*args, **kwargs):
+                if delta.events:
+                    self.generated += delta.events
+                    for observe in self.token_observers:
+                        observe(self.session_id or "", delta.events)
+                yield delta
+        finally:
+            self.requests_open -= 1
+            assert self.fleet is not None
+            counted = self.fleet.streams.session(self.session_id or "")
+            self.ended.append(counted.streamed_chunks if counted is not None else 0)
+
+
+class GuidedAgents:
+    """Real agents on the guided protocol, whose clients report their generated tokens."""
+
+    def __init__(self, http: httpx.AsyncClient, endpoint: Endpoint) -> None:
+        self.http = http
+        self.endpoint = endpoint
+        self.token_observers: list[TokenObserver] = []
+        self.clients: dict[str, ReportingClient] = {}
+        self.fleet: Fleet | None = None
+
+    def __call__(self, setup: AgentSetup) -> Agent:
+        client = ReportingClient(self.http, self.endpoint, session_id=setup.session_id,
+                                 token_observers=self.token_observers)
+        client.fleet = self.fleet
+        self.clients[setup.session_id] = client
+        config = AgentConfig(retry_backoff_s=0.01, approval=ApprovalPolicy.parse("all"),
+                             context_window_tokens=32_768, model_parameters=SMOLLM2_PARAMETERS,
+                             user_present=False)
+        return Agent(setup.session_id, setup.root, setup.task, client, config, on_event=setup.on_event,
+                     approver=setup.approver, generation_slot=setup.generation_slot, history=setup.history)
+
+
+def answering(greedy: str, sampled: str):  # type: ignore[no-untyped-def]
+    """The greedy draft gets ``greedy``, the sampled ones (drawn at the same time) ``sampled``;
+    each answer is checked against its request's regex."""
+
+    def respond(body: dict[str, Any], n: int) -> Reply:
+        regex = body["structured_outputs"]["regex"]
+        text = sampled if body.get("temperature") else greedy
+        assert re.fullmatch(regex, text), f"reply {n} does not match its regex:\n{text}\n{regex}"
+        return Reply(text=text)
+
+    return respond
+
+
+@pytest.fixture
+def bug_repo(tmp_path: Path) -> Path:
+    repo = create_sample_repository("inventory", tmp_path / "inventory")
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "bug/fix-total-value"], check=True, env=GIT_ENV,
+                   capture_output=True)
+    return repo
+
+
+async def test_a_pane_counts_the_tokens_generated_and_nothing_the_guided_turn_only_shows(
+        tmp_path: Path, bug_repo: Path) -> None:
+    """The greedy draft is wrong, the tests fail, the sampled draft comes from the queue: the
+    second edit asks the engine nothing. Every token the engine streamed is counted (the
+    hidden sampled draft's too), and nothing after the last request ended: neither the note
+    on the drafts nor the queued draft shown whole (each had counted as a token)."""
+    http = make_http_client(read_timeout_s=10.0)
+    async with ScriptedServer(responder=answering(WRONG, GOOD)) as srv:
+        agents = GuidedAgents(http, srv.endpoint)
+        fleet = Fleet(data_dir=tmp_path / "data", endpoints=(srv.endpoint,), agent_factory=agents, http=http,
+                      max_generating=4, engine_poll_s=0.05)
+        agents.fleet = fleet
+        try:
+            await fleet.start()
+            (s,) = await fleet.create_sessions(SessionSpec(task=EXPLICIT, repo=str(bug_repo), headless=True), 1,
+                                               start=True)
+            await asyncio.wait_for(fleet.wait_settled(), 120)
+            client = agents.clients[s.session_id]
+            counted = fleet.streams.session(s.session_id)
+            assert fleet.book.get(s.session_id).state.value == "done"
+            assert len(srv.requests) == 2 and sorted(r.get("n", 1) for r in srv.requests) == [1, 6]
+            assert client.generated > 0 and counted is not None
+            # nothing counted while no request streamed (the note, the queued draft shown whole)
+            assert counted.streamed_chunks == client.ended[-1]
+            assert counted.streamed_chunks == client.generated  # the hidden draft's tokens too
+        finally:
+            await fleet.aclose()
+            await http.aclose()
+    assert agents.token_observers == []  # the closed fleet no longer listens
+
+
+def test_shown_pieces_count_only_where_no_client_reports() -> None:
+    """A factory whose agents' clients do not report (the tests' scripted agents): the pieces
+    the agents show are the estimate; one that reports: its reports, and the shown pieces not."""
+
+    class Book:
+        def get(self, _sid: str) -> None:
+            return None
+
+    alone = SessionStats(Book(), emit=lambda _e: None)  # type: ignore[arg-type]
+    alone.shown("s", 3)
+    assert alone.streams.session("s").streamed_chunks == 3
+
+    feed: list[TokenObserver] = []
+    fed = SessionStats(Book(), emit=lambda _e: None, token_feed=feed)  # type: ignore[arg-type]
+    assert feed == [fed.generated]
+    fed.shown("s", 3)
+    assert fed.streams.session("s") is None
+    for observe in feed:
+        observe("s", 5)
+    assert fed.streams.session("s").streamed_chunks == 5
+    asyncio.run(fed.aclose())
+    assert feed == []
