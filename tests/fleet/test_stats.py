@@ -40,31 +40,29 @@ EXPLICIT = ("Inventory.total_value in inventory/stock.py ignores the quantity: i
 
 
 class ReportingClient(ChatClient):
-    """A chat client that tells ``token_observers`` each delta's generated tokens (its
-    ``events``) of every request — what the fleet's real factory is to give its clients
-    (the change to ``ChatClient`` proposed with this test); ``requests_open`` and ``ended``
-    let the test see what the pane counted while no request was streaming."""
+    """A chat client that tells ``feed`` each delta's generated tokens (its ``events``) of
+    every request — what the fleet's real factory is to give its clients (the change to
+    ``ChatClient`` proposed with this test; ``feed`` is not ``token_observers`` so that the
+    client's own reports, once it makes them, are not counted twice); ``ended`` lets the
+    test see what the pane counted while no request was streaming."""
 
-    def __init__(self, *args: Any, token_observers: list[TokenObserver], **kwargs: Any) -> None:
+    def __init__(self, *args: Any, feed: list[TokenObserver], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.token_observers = token_observers
+        self.feed = feed
         self.generated = 0
-        self.requests_open = 0
         self.ended: list[int] = []
         """The pane's count of the session's tokens as each request ended."""
         self.fleet: Fleet | None = None
 
     async def stream_chat(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:  # type: ignore[override]
-        self.requests_open += 1
         try:
             async for delta in super().stream_chat(*args, **kwargs):
                 if delta.events:
                     self.generated += delta.events
-                    for observe in self.token_observers:
+                    for observe in self.feed:
                         observe(self.session_id or "", delta.events)
                 yield delta
         finally:
-            self.requests_open -= 1
             assert self.fleet is not None
             counted = self.fleet.streams.session(self.session_id or "")
             self.ended.append(counted.streamed_chunks if counted is not None else 0)
@@ -82,7 +80,7 @@ class GuidedAgents:
 
     def __call__(self, setup: AgentSetup) -> Agent:
         client = ReportingClient(self.http, self.endpoint, session_id=setup.session_id,
-                                 token_observers=self.token_observers)
+                                 feed=self.token_observers)
         client.fleet = self.fleet
         self.clients[setup.session_id] = client
         config = AgentConfig(retry_backoff_s=0.01, approval=ApprovalPolicy.parse("all"),
