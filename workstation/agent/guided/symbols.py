@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 import textwrap
 import warnings
 from dataclasses import dataclass
@@ -16,12 +17,25 @@ from dataclasses import dataclass
 from pyflakes import checker as pyflakes_checker
 from pyflakes import messages as pyflakes_messages
 
+_FILENAME = "<guided-draft>"
+"""What the texts are compiled as: the warnings filter below matches it alone."""
+_QUIET = [("ignore", category, re.escape(_FILENAME) + r"\Z") for category in (SyntaxWarning, DeprecationWarning)]
+
+
+def _quiet() -> None:
+    for action, category, module in _QUIET:  # added again where someone reset the filters (pytest does)
+        if not any(f[0] == action and f[2] is category and f[3] is not None and f[3].pattern == module
+                   for f in warnings.filters):
+            warnings.filterwarnings(action, category=category, module=module)
+
+
 def parse_quietly(text: str) -> ast.Module:
     """``ast.parse`` without its SyntaxWarnings ("invalid decimal literal" in a draft's ``1st``
-    or a stray backslash) on stderr: a model's draft is data, not code we run."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", SyntaxWarning)
-        return ast.parse(text)
+    or a stray backslash) on stderr: a model's draft is data, not code we run. A filter for
+    the texts' own file name, not ``warnings.catch_warnings()``: that swaps the process's
+    filters and is not thread-safe, and drafts are parsed on the check threads."""
+    _quiet()
+    return ast.parse(text, filename=_FILENAME)
 
 
 WHOLE_FILE = "(whole file)"
@@ -65,6 +79,14 @@ class Symbol:
 def python_symbols(text: str) -> list[Symbol] | None:
     """Functions, classes, methods (``Class.method``) and top-level ``NAME = …`` of ``text``,
     in file order; None when the text is not valid Python."""
+    found = _symbols(text)
+    return None if found is None else list(found)
+
+
+@functools.lru_cache(maxsize=64)
+def _symbols(text: str) -> tuple[Symbol, ...] | None:
+    """Cached (immutable, so the check threads share it): a turn looks the file up four times
+    and a fleet's sessions read the same files."""
     try:
         tree = parse_quietly(text)
     except (SyntaxError, ValueError):
@@ -89,7 +111,7 @@ def python_symbols(text: str) -> list[Symbol] | None:
             if names:
                 add(node, names[0], "assign")
     found.sort(key=lambda s: s.start_line)
-    return found
+    return tuple(found)
 
 
 def find_symbol(text: str, name: str) -> Symbol | None:
@@ -128,34 +150,43 @@ def replace_symbol(text: str, symbol: Symbol, new_code: str) -> str:
     return "\n".join(new) + ending
 
 
+def parsed(text: str) -> tuple[ast.Module | None, str | None]:
+    """(its syntax tree, None) when ``text`` is valid Python, else (None, the error in one line)."""
+    try:
+        return parse_quietly(text), None
+    except SyntaxError as exc:
+        return None, f"line {exc.lineno}: {exc.msg}"
+    except ValueError as exc:
+        return None, str(exc)
+
+
 def parses(text: str) -> str | None:
     """None when ``text`` is valid Python, else the error in one line."""
-    try:
-        parse_quietly(text)
-    except SyntaxError as exc:
-        return f"line {exc.lineno}: {exc.msg}"
-    except ValueError as exc:
-        return str(exc)
-    return None
+    return parsed(text)[1]
 
 
-@functools.lru_cache(maxsize=16)
-def undefined_names(text: str) -> frozenset[str] | None:
-    """The names Python ``text`` uses and neither defines, imports nor has as a builtin
-    (pyflakes' scope rules); None when it does not parse. Cached: every draft of a turn is
-    compared with the same file as read (pyflakes ~1 ms per 40 lines, on the app's loop)."""
-    try:
-        tree = parse_quietly(text)
-    except (SyntaxError, ValueError):
-        return None
+def _undefined_in(tree: ast.Module) -> frozenset[str]:
     found = pyflakes_checker.Checker(tree, filename="draft.py").messages
     return frozenset(str(m.message_args[0]) for m in found if isinstance(m, pyflakes_messages.UndefinedName))
 
 
-def new_undefined_names(before: str, after: str) -> list[str]:
-    """The undefined names ``after`` has that ``before`` did not (a draft that calls ``np.add``
-    in a file that never imports numpy, or ``m(calc.plro, b)``), sorted."""
-    now = undefined_names(after)
+@functools.lru_cache(maxsize=64)
+def undefined_names(text: str) -> frozenset[str] | None:
+    """The names Python ``text`` uses and neither defines, imports nor has as a builtin
+    (pyflakes' scope rules); None when it does not parse. Cached (immutable, so the check
+    threads share it; a miss two threads meet at once is worked out twice, to the same
+    answer): every draft of a turn is compared with the same file as read (pyflakes ~1 ms
+    per 20 lines). Drafts themselves go through :func:`new_undefined_names` uncached."""
+    tree, _ = parsed(text)
+    return None if tree is None else _undefined_in(tree)
+
+
+def new_undefined_names(before: str, after: str | ast.Module) -> list[str]:
+    """The undefined names ``after`` (a text, or its syntax tree, which pyflakes then
+    annotates) has that ``before`` did not (a draft that calls ``np.add`` in a file that never
+    imports numpy, or ``m(calc.plro, b)``), sorted."""
+    tree = after if isinstance(after, ast.Module) else parsed(after)[0]
+    now = _undefined_in(tree) if tree is not None else None
     if not now:
         return []
     return sorted(now - (undefined_names(before) or frozenset()))
@@ -167,17 +198,28 @@ def twin_function(code: str, text: str) -> str | None:
     is no new function."""
     try:
         new = parse_quietly(textwrap.dedent(code)).body
+    except (SyntaxError, ValueError):
+        return None
+    bodies = _function_bodies(text)
+    if bodies is None or len(new) != 1 or not isinstance(new[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    key = program_key(ast.unparse(ast.Module(body=new[0].body, type_ignores=[])))
+    for name, body in bodies:
+        if name != new[0].name and body == key:
+            return name
+    return None
+
+
+@functools.lru_cache(maxsize=64)
+def _function_bodies(text: str) -> tuple[tuple[str, str | None], ...] | None:
+    """(name, :func:`program_key` of its body) of each top-level function of ``text``; None
+    when it does not parse. Cached: every draft of a new function is compared with the same file."""
+    try:
         old = parse_quietly(text).body
     except (SyntaxError, ValueError):
         return None
-    if len(new) != 1 or not isinstance(new[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return None
-    key = program_key(ast.unparse(ast.Module(body=new[0].body, type_ignores=[])))
-    for node in old:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != new[0].name:
-            if program_key(ast.unparse(ast.Module(body=node.body, type_ignores=[]))) == key:
-                return node.name
-    return None
+    return tuple((node.name, program_key(ast.unparse(ast.Module(body=node.body, type_ignores=[]))))
+                 for node in old if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
 def program_key(code: str) -> str | None:
