@@ -24,15 +24,12 @@ from typing import Any
 from workstation.agent.config import AgentConfig
 from workstation.agent.guided import actions, texts
 from workstation.agent.guided.actions import Choice
-from workstation.agent.guided.drafts import (
-    Draft, GuidedMemory, code_regex, extract_code, layout_key, max_draft_tokens, rank, same_code,
+from workstation.agent.guided.checks import (
+    Checked, EditSite, check_draw, check_queue, edit_site, edit_targets_of, off_loop,
 )
+from workstation.agent.guided.drafts import Draft, GuidedMemory, code_regex, extract_code, max_draft_tokens
 from workstation.agent.guided.state import GuidedState, failure_summary, read_state, request_view
-from workstation.agent.guided.symbols import (
-    WHOLE_FILE, Symbol, append_function, find_symbol, header_line, indent_code, new_function_signature,
-    new_undefined_names, parses, program_key, python_symbols, replace_symbol, symbol_lines, symbol_source,
-    twin_function,
-)
+from workstation.agent.guided.symbols import WHOLE_FILE, indent_code, symbol_lines
 from workstation.agent.guided.workspace import Workspace, look, mentioned_paths
 from workstation.agent.history import Message, estimate_tokens
 from workstation.agent.protocols import ReplyCalls
@@ -87,19 +84,6 @@ def _read_texts(root: Path, paths: list[str]) -> dict[str, str]:
 async def _blocking(fn: Callable[..., Any], *args: Any) -> Any:
     loop = asyncio.get_running_loop()
     return await loop.run_in_executor(tool_executor(), functools.partial(fn, *args))
-
-
-def _targets(texts_now: dict[str, str], state: GuidedState, ws: Workspace) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    for path in state.reads:
-        if path not in texts_now or path not in ws.files:
-            continue
-        names = None
-        if path.endswith(".py"):
-            symbols = python_symbols(texts_now[path])
-            names = [s.name for s in symbols] if symbols is not None else None
-        out[path] = actions.edit_targets(names)
-    return out
 
 
 def with_named_in_files(ws: Workspace, texts_now: dict[str, str], root: Path) -> Workspace:
@@ -179,7 +163,7 @@ class GuidedTurn:
                                            - estimate_tokens(self.view) - 600))
             now: dict[str, str] = await _blocking(_read_texts, self.root, list(state.reads))
             ws = with_named_in_files(ws, now, self.root)
-            choice = actions.choose(state, ws, _targets(now, state, ws))
+            choice = actions.choose(state, ws, await off_loop(edit_targets_of, now, state, ws))
             picked = _forced(choice)
             if picked is None:
                 picked_text = await self._choose(choice)
@@ -233,107 +217,65 @@ class GuidedTurn:
     async def _write_code(self, tool: str, args: dict[str, str], state: GuidedState, ws: Workspace,
                           now: dict[str, str]) -> _Edit:
         path = args["path"]
-        target = args.get("target", WHOLE_FILE)
         current = now.get(path)
         new_file = tool == "write_to_file" and current is None
-        original = state.first_reads.get(path, current or "")
-        language = language_of(path)
-        sym_now: Symbol | None = None
-        sym_then: Symbol | None = None
-        signature = new_function_signature(target) if current is not None and path.endswith(".py") else None
-        if target != WHOLE_FILE and current is not None and signature is None:
-            sym_now = find_symbol(current, target)
-            sym_then = find_symbol(original, target) or sym_now
-        if signature is not None:
-            before, header, kind = "", f"def {signature}:", "function"  # written under the task's signature
-        elif sym_then is not None:
-            base_text = original if find_symbol(original, target) else (current or "")
-            before = symbol_source(base_text, sym_then)
-            header: str | None = header_line(base_text, sym_then)
-            kind = sym_then.kind
-        else:
-            before = "" if new_file else original
-            header, kind = None, "file"
-            target = WHOLE_FILE
+        site = await off_loop(edit_site, path, args.get("target", WHOLE_FILE), current,
+                              state.first_reads.get(path, current or ""), new_file)
         failure = failure_summary(state.last_test_output) if state.last_test_passed is False else ""
-        ask = texts.code_request(path=path, target=target, task=self.task, before=before,
-                                 language=language, failure=failure, new_file=new_file)
-        picked = actions.call_text(tool, {"path": path} if new_file else {"path": path, "target": target})
+        ask = texts.code_request(path=path, target=site.target, task=self.task, before=site.before,
+                                 language=language_of(path), failure=failure, new_file=new_file)
+        picked = actions.call_text(tool, {"path": path} if new_file else {"path": path, "target": site.target})
         request = [*self.view, {"role": "assistant", "content": picked}, {"role": "user", "content": ask}]
-        regex = code_regex(language, header, kind)
-        key = (path, target, before)
-
-        python = path.endswith(".py")
-
-        def ident_of(code: str) -> str:
-            return (program_key(code) if python else None) or layout_key(code)
-
-        def ident(text: str) -> str:
-            return ident_of(extract_code(text))
-
-        def draft(text: str, *, queued: bool = False) -> Draft:
-            code = extract_code(text)
-            new_text = self._apply(current, original, sym_now, sym_then, code, new_file, signature is not None)
-            problem = "changes nothing" if same_code(new_text, current) else (parses(new_text) if python else None)
-            if python and problem is None and (unknown := new_undefined_names(current or original, new_text)):
-                problem = f"uses names nothing defines: {', '.join(unknown[:5])}"  # garbage, or an import it cannot add
-            if signature is not None and problem is None and current and (twin := twin_function(code, current)):
-                problem = f"does what {twin} does"  # a new function copied from its neighbour
-            mine = ident(text)
-            if before and mine == ident_of(before):
-                problem = problem or "the code as read"  # what the task says is wrong (but for docstrings)
-            if not text.rstrip().endswith("```") or text.count("\n") < 2:
-                problem = "cut off"  # the token limit ended it before its closing fence
-            if self.memory is not None and self.memory.key == key:
-                others = self.memory.tried - {text} if queued else self.memory.tried
-                if any(ident(t) == mine for t in others):
-                    problem = problem or "tried before"  # that draft, or one that does the same
-            return Draft(text, new_text, problem, ident=mine)
+        regex = code_regex(language_of(path), site.header, site.kind)
+        memory = self.memory if self.memory is not None and self.memory.key == site.key else None
 
         chosen: Draft | None = None
-        while self.memory is not None and (queued := self.memory.take(key)) is not None:
-            candidate = draft(queued, queued=True)
-            if candidate.problem is None:  # a draft an earlier turn drew and did not try yet
-                chosen = candidate
-                self.emit(ev.TextStreamed(self.session_id, self.turn, queued))
-                break
+        if memory is not None and memory.waiting:  # drafts an earlier turn drew and did not try yet
+            for candidate in await off_loop(check_queue, site, list(memory.waiting), frozenset(memory.tried)):
+                taken = memory.take(site.key)
+                assert taken == candidate.text, "the queue changed while its drafts were checked"
+                if candidate.problem is None:
+                    chosen = candidate
+                    self.emit(ev.TextStreamed(self.session_id, self.turn, candidate.text))
         rest: list[Draft] = []
         if chosen is None:
-            failed = len(self.memory.tried) if self.memory is not None and self.memory.key == key else 0
-            drafts = await self._draw(request, regex, before, original, first=state.attempts(path, target) == 0,
-                                      failed=failed, make=draft)
-            ranked = rank(drafts, before, self.task)
+            checked = await self._draw(request, regex, site, first=state.attempts(path, site.target) == 0,
+                                       tried=frozenset(memory.tried) if memory is not None else frozenset())
+            drafts, ranked = checked.drafts, checked.ranked
             chosen = ranked[0] if ranked else drafts[0]
             rest = ranked[1:]
             if len(drafts) > 1:
                 self.emit(ev.TextStreamed(self.session_id, self.turn, f"\n[{len(drafts)} drafts, {len(ranked)} "
                                                                        f"usable; trying the best first]"))
             log.info("guided %s turn %d: %d drafts of %s, %d usable", self.session_id, self.turn,
-                     len(drafts), target, len(ranked))
+                     len(drafts), site.target, len(ranked))
         if self.memory is not None:
-            self.memory.keep(key, chosen.text, [d.text for d in rest])
+            self.memory.keep(site.key, chosen.text, [d.text for d in rest])
         text, new_text = chosen.text, chosen.new_text
+        sym_now = site.sym_now
         if sym_now is not None and current is not None and not _MARKERS.search(new_text):
             search = "\n".join(symbol_lines(current, sym_now))
             replace = "\n".join(indent_code(extract_code(text), sym_now.indent))
             diff = f"------- SEARCH\n{search}\n=======\n{replace}\n+++++++ REPLACE"
-            return _Edit("replace_in_file", {"path": path, "target": target, "diff": diff}, text)
-        fields = {"path": path, "content": new_text} if new_file else {"path": path, "target": target,
+            return _Edit("replace_in_file", {"path": path, "target": site.target, "diff": diff}, text)
+        fields = {"path": path, "content": new_text} if new_file else {"path": path, "target": site.target,
                                                                          "content": new_text}
         return _Edit("write_to_file", fields, text)
 
-    async def _draw(self, request: list[Message], regex: str, before: str, original: str, *, first: bool,
-                    failed: int, make: Callable[[str], Draft]) -> list[Draft]:
+    async def _draw(self, request: list[Message], regex: str, site: EditSite, *, first: bool,
+                    tried: frozenset[str]) -> Checked:
         """New drafts: a function's first edit draws a greedy draft (shown as it comes) and, at
         the same time, sampled ones; later edits draw sampled ones, hotter the more drafts of it
-        ``failed``. Drawn again, hotter still, while none is usable (twice at most)."""
-        limit = max_draft_tokens(before or original, min(CODE_MAX_TOKENS, self.max_tokens))
+        were ``tried``. Drawn again, hotter still, while none is usable (twice at most). Each
+        draw's drafts are checked in one call off the loop."""
+        limit = max_draft_tokens(site.before or site.original, min(CODE_MAX_TOKENS, self.max_tokens))
         many = max(1, self.config.guided_drafts)
         drafts: list[Draft] = []
+        ranked: list[Draft] = []
         for again in range(3):
-            if again and any(d.problem is None for d in drafts):
+            if again and ranked:
                 break
-            temperature = draft_temperature(self.config.guided_retry_temperature, failed + again * many)
+            temperature = draft_temperature(self.config.guided_retry_temperature, len(tried) + again * many)
             if again:
                 self.emit(ev.TextStreamed(self.session_id, self.turn, "\n"))
             asks = [self._stream(request, regex, max_tokens=limit, temperature=temperature,
@@ -341,23 +283,15 @@ class GuidedTurn:
             if first and not again:
                 asks.insert(0, self._stream(request, regex, max_tokens=limit, temperature=0.0, show=True))
             # every request runs to its end (its tokens count) before one's error is raised
+            texts_drawn: list[str] = []
             for drawn in await asyncio.gather(*asks, return_exceptions=True):
                 if isinstance(drawn, BaseException):
                     raise drawn
-                drafts.extend(make(t) for t in drawn)
-        return drafts
-
-    @staticmethod
-    def _apply(current: str | None, original: str, sym_now: Symbol | None, sym_then: Symbol | None,
-               code: str, new_file: bool, appended: bool = False) -> str:
-        if appended and current is not None:
-            return append_function(current, code)
-        if new_file or sym_then is None:
-            return code
-        if sym_now is not None and current is not None:
-            return replace_symbol(current, sym_now, code)
-        # the file does not parse now (an earlier draft broke it): rebuild from the version read first
-        return replace_symbol(original, sym_then, code)
+                texts_drawn.extend(drawn)
+            checked = await off_loop(check_draw, site, texts_drawn, self.task, tried)
+            drafts += checked.drafts
+            ranked = checked.ranked  # the draws before had none usable, or this one would not be
+        return Checked(drafts, ranked)
 
 
 __all__ = ["GuidedTurn"]

@@ -1,0 +1,154 @@
+"""The guided protocol's draft checks run off the event loop (in the check pool's
+processes), give what they gave on the loop, in order, and a cancelled turn leaves nothing
+running."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agent import test_guided_loop
+from tests.agent.test_guided_loop import EXPLICIT, GOOD, SMOLLM2_PARAMETERS, answering
+from tests.helpers.scripted_server import ScriptedServer
+from workstation.agent.config import AgentConfig
+from workstation.agent.guided import checks
+from workstation.agent.guided import turn as guided_turn
+from workstation.agent.guided.drafts import GuidedMemory
+from workstation.agent.guided.symbols import parses
+from workstation.core import agent_events as ev
+from workstation.core.agent_events import RunStatus
+from workstation.engine.chat_client import ChatDelta
+
+bug_repo = test_guided_loop.bug_repo  # the fixture: the inventory sample on its bug branch
+CALC = "def add(a, b):\n    return a + b\n\n\ndef mul(a, b):\n    return a * b\n"
+
+
+def _fence(code: str) -> str:
+    return f"```python\n{code}```"
+
+
+SUB_DRAFTS = [_fence("def sub(a, b):\n    return a +\n"), _fence("def sub(a, b):\n    return np.subtract(a, b)\n"),
+              _fence("def sub(a, b):\n    return a + b\n"), "```python\ndef sub(a, b):\n    return a - b\n",
+              _fence("def sub(a, b):\n    return a - b\n"), _fence("def sub(a, b):\n    return b - a\n")]
+
+
+async def test_the_check_pool_runs_work_in_another_process() -> None:
+    assert await checks.off_loop(os.getpid) != os.getpid()
+    assert await checks.off_loop(os.getppid) == os.getpid()  # a child of this one, not the loop's thread
+
+
+async def test_a_real_turn_checks_its_drafts_only_off_the_loop(make_agent, bug_repo: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The app's process never checks a draft: every check of the turn goes through the pool."""
+    loop_thread = threading.current_thread()
+    sent: list[str] = []
+    real = checks.off_loop
+
+    async def spy(work: Any, *args: Any) -> Any:
+        sent.append(work.__name__)
+        return await real(work, *args)
+
+    def never_here(*_: Any, **__: Any) -> None:
+        raise AssertionError(f"a draft was checked in the app's process ({threading.current_thread().name}, "
+                             f"the loop's: {threading.current_thread() is loop_thread})")
+
+    monkeypatch.setattr(guided_turn, "off_loop", spy)
+    for name in ("parsed", "python_symbols", "find_symbol", "new_undefined_names", "twin_function", "rank"):
+        monkeypatch.setattr(checks, name, never_here)  # here only: the pool's processes import their own
+    respond = answering(GOOD, sampled=(GOOD.replace("item.price * item.quantity", "item.price"),))
+    async with ScriptedServer(responder=respond) as srv:
+        agent, rec = make_agent(srv, root=bug_repo, task=EXPLICIT, model_parameters=SMOLLM2_PARAMETERS,
+                                user_present=False)
+        outcome = await agent.run()
+    assert outcome.status is RunStatus.COMPLETED, outcome
+    assert "2 drafts, 1 usable" in "".join(e.text for e in rec.of(ev.TextStreamed))
+    assert sent == ["edit_targets_of", "edit_targets_of", "edit_site", "check_draw", "edit_targets_of",
+                    "edit_targets_of"]  # read, edit (site, one draw), test, finish: one call per batch
+
+
+async def test_the_pool_gives_what_the_checks_give_here_in_order() -> None:
+    site = checks.edit_site("calc.py", "(new function sub(a, b))", CALC, CALC, False)
+    assert site.header == "def sub(a, b):" and site.before == ""
+    here = checks.check_draw(site, SUB_DRAFTS, "Add sub(a, b) that returns a - b.", frozenset())
+    there = await checks.off_loop(checks.check_draw, site, SUB_DRAFTS, "Add sub(a, b) that returns a - b.",
+                                  frozenset())
+    assert [(d.text, d.problem, d.new_text) for d in there.drafts] == [(d.text, d.problem, d.new_text)
+                                                                       for d in here.drafts]
+    assert [d.problem for d in there.drafts] == [
+        "line 10: invalid syntax", "uses names nothing defines: np", "does what add does", "cut off", None, None]
+    assert [d.text for d in there.ranked] == [SUB_DRAFTS[4], SUB_DRAFTS[5]]
+    # a draft tried before (or one that does the same) is not tried again
+    again = await checks.off_loop(checks.check_draw, site, SUB_DRAFTS[4:], "", frozenset({SUB_DRAFTS[4]}))
+    assert [d.problem for d in again.drafts] == ["tried before", None]
+
+
+def test_the_queue_is_checked_as_the_memory_hands_it_out() -> None:
+    site = checks.edit_site("calc.py", "(new function sub(a, b))", CALC, CALC, False)
+    memory = GuidedMemory()
+    memory.keep(site.key, SUB_DRAFTS[0], [SUB_DRAFTS[2], SUB_DRAFTS[0], SUB_DRAFTS[2], SUB_DRAFTS[4], SUB_DRAFTS[5]])
+    checked = checks.check_queue(site, list(memory.waiting), frozenset(memory.tried))
+    assert [d.text for d in checked] == [SUB_DRAFTS[2], SUB_DRAFTS[4]]  # up to the first usable one
+    assert [memory.take(site.key) for _ in checked] == [d.text for d in checked]
+    assert checked[-1].problem is None and memory.waiting == [SUB_DRAFTS[5]]
+
+
+class _SlowDrafts:
+    """A stand-in model: each request gets ``n`` copies of the draft."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    async def stream_chat(self, messages: Any, *, extra: dict[str, Any] | None = None, **_: Any):
+        for index in range(int((extra or {}).get("n", 1))):
+            yield ChatDelta(content=self.text, index=index)
+
+
+async def test_a_turn_cancelled_while_its_drafts_are_checked_leaves_nothing_running(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "calc.py").write_text(CALC)
+    task = "Add a function sub(a, b) to calc.py that returns a - b."
+    history = [{"role": "system", "content": "s"}, {"role": "user", "content": task},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "c1", "type": "function", "function": {"name": "read_file",
+                                                                  "arguments": '{"path": "calc.py"}'}}]},
+               {"role": "tool", "tool_call_id": "c1", "content": CALC}]
+    checking = asyncio.Event()
+    real = checks.off_loop
+    ended: list[float] = []
+
+    async def slow(work: Any, *args: Any) -> Any:
+        if work is checks.check_draw:
+            checking.set()
+            await real(time.sleep, 0.6)  # a long batch: the cancellation lands while it runs
+            ended.append(time.monotonic())
+        return await real(work, *args)
+
+    monkeypatch.setattr(guided_turn, "off_loop", slow)
+    memory = GuidedMemory()
+    turn = guided_turn.GuidedTurn(_SlowDrafts(SUB_DRAFTS[4]), history, root=tmp_path, task=task,  # type: ignore[arg-type]
+                                  config=AgentConfig(), session_id="s1", turn=2, max_tokens=512,
+                                  emit=lambda e: None, memory=memory)
+    running = asyncio.create_task(turn.run(), name="guided-turn")
+    await asyncio.wait_for(checking.wait(), 30)
+    cancelled_at = time.monotonic()
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert time.monotonic() - cancelled_at < 0.5  # at once, not after the batch
+    assert ended == [] and memory.key == ()  # the batch's answer is dropped; the memory is as it was
+    assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+    # the pool goes on serving the next turn
+    assert await real(os.getpid) != os.getpid()
+
+
+def test_a_draft_is_parsed_without_warnings_on_stderr() -> None:
+    with warnings.catch_warnings(record=True) as seen:
+        assert parses("x = 1if True else 2\ny = '\\d'\n") is None
+    assert [w for w in seen if issubclass(w.category, (SyntaxWarning, DeprecationWarning))] == []
