@@ -51,6 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from workstation.agent.config import AgentConfig  # noqa: E402
 from workstation.agent.guided.actions import arguments_json  # noqa: E402
 from workstation.agent.guided.drafts import GuidedMemory  # noqa: E402
+from workstation.agent.guided.symbols import python_symbols  # noqa: E402
 from workstation.agent.guided.texts import SYSTEM_PROMPT_GUIDED  # noqa: E402
 from workstation.agent.guided.turn import GuidedTurn  # noqa: E402
 from workstation.agent.guided.workspace import mentioned_paths  # noqa: E402
@@ -75,12 +76,27 @@ class Source:
     ``add`` draft copies)."""
 
 
-def _plain_functions(text: str) -> list[ast.FunctionDef]:
+def rewrite_task(name: str, path: str) -> str:
+    return f"Make {name} in {path} count its calls."
+
+
+def _plain_functions(text: str, path: str) -> list[ast.FunctionDef]:
+    """Top-level functions with a one-line plain header that the rewrite task names alone
+    (no other symbol of the file is called like a word of the task: the turn then offers
+    just the one edit, and asks the model nothing but the code)."""
     tree = ast.parse(text)
     lines = text.splitlines()
-    return [n for n in tree.body if isinstance(n, ast.FunctionDef) and len(n.body) >= 2
-            and "(" not in ast.unparse(n.args) and len(ast.unparse(n.args)) <= 60 and not n.decorator_list
-            and lines[n.lineno - 1].rstrip().endswith(":")]  # a header of one line
+    names = [s.name.rsplit(".", 1)[-1] for s in python_symbols(text) or ()]
+    out = []
+    for n in tree.body:
+        if not (isinstance(n, ast.FunctionDef) and len(n.body) >= 2 and not n.decorator_list
+                and "(" not in ast.unparse(n.args) and len(ast.unparse(n.args)) <= 60
+                and lines[n.lineno - 1].rstrip().endswith(":")):
+            continue
+        words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", rewrite_task(n.name, path)))
+        if [m for m in names if m in words] == [n.name]:
+            out.append(n)
+    return out
 
 
 def pick_sources() -> list[Source]:
@@ -94,7 +110,7 @@ def pick_sources() -> list[Source]:
         if rel.startswith("workstation/agent/guided/"):
             continue
         text = path.read_text(encoding="utf-8")
-        functions = _plain_functions(text)
+        functions = _plain_functions(text, rel)
         if functions and not mentioned_paths(text):  # a file that names others offers to create them
             candidates.append((len(text.splitlines()), rel, text, functions[0]))
     out = []
@@ -120,7 +136,7 @@ def drafts_of(source: Source, kind: str, serial: int) -> tuple[str, list[list[st
     header, body = own[0], own[1:]
     args = ast.unparse(fn.args)
     if kind == "rewrite":
-        task = f"{fn.name} in {source.path} must count its calls. Then run the tests."
+        task = rewrite_task(fn.name, source.path)
 
         def valid(i: int) -> str:
             return _fence(header, [f"    _calls_{i} = {serial}", *body])
@@ -134,7 +150,7 @@ def drafts_of(source: Source, kind: str, serial: int) -> tuple[str, list[list[st
         def copy(i: int) -> str:  # the code as read (a comment is not what it does)
             return _fence(header, [f"    # call {i} in turn {serial}", *body])
     else:
-        task = f"Add a function {NEW_NAME}({args}) to {source.path} that returns a number. Then run the tests."
+        task = f"Add a function {NEW_NAME}({args}) to {source.path} that returns a number."
         header = f"def {NEW_NAME}({args}):"
 
         def valid(i: int) -> str:
