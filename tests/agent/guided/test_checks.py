@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import threading
 import time
 import warnings
@@ -42,6 +43,17 @@ SUB_DRAFTS = [_fence("def sub(a, b):\n    return a +\n"), _fence("def sub(a, b):
 async def test_the_check_pool_runs_work_in_another_process() -> None:
     assert await checks.off_loop(os.getpid) != os.getpid()
     assert await checks.off_loop(os.getppid) == os.getpid()  # a child of this one, not the loop's thread
+
+
+async def test_a_check_process_that_dies_is_replaced_and_the_pool_closes() -> None:
+    os.kill(await checks.off_loop(os.getpid), signal.SIGKILL)  # killed (out of memory, by hand)
+    for _ in range(3):  # the work goes to a new pool (once the old one is seen broken)
+        assert await checks.off_loop(os.getppid) == os.getpid()
+    old = await checks.off_loop(os.getpid)
+    checks.close_check_pool()  # the app's shut-down: its processes end
+    with pytest.raises(ProcessLookupError):
+        os.kill(old, 0)
+    assert await checks.off_loop(os.getpid) != old  # a later check starts a new pool
 
 
 async def test_a_real_turn_checks_its_drafts_only_off_the_loop(make_agent, bug_repo: Path,
