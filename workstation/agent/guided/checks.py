@@ -18,7 +18,9 @@ GIL itself cost every loop wake-up up to a switch interval (5 ms). In a child pr
 neither reaches the loop (blocks of 4-6 ms, measured). The children are started with
 ``spawn`` (forking a process with Qt and threads is unsafe), ignore Ctrl-C (the app's to
 handle) and import this package once (~1 s, ~80 MB each, at the first guided edit); each
-keeps its own caches (:mod:`.symbols`), used by one thread only.
+keeps its own caches (:mod:`.symbols`), used by one thread only. As with any ``spawn``, a
+child imports the main script again (as ``__mp_main__``): a script that runs guided sessions
+keeps its work under ``if __name__ == "__main__":`` (``python -m`` modules are not imported).
 """
 
 from __future__ import annotations
