@@ -107,6 +107,28 @@ async def test_an_interrupted_tool_call_explains_what_it_wrote_before_it_ended(f
         assert await reasons(fleet, sid) == ("1 file changed in its worktree after its agent's last step (mine.txt)",)
 
 
+async def test_a_change_whose_checkpoint_never_came_is_the_agents_and_a_copy_after_a_checkpoint_the_users(
+        fleet: Fleet, git_repo: Path) -> None:
+    """The app quit between an edit and its checkpoint (seen at a window demo's duration):
+    the edit is the agent's. Once a checkpoint holds everything, any difference is the
+    user's, even a file copied in with an old time (``cp -p``)."""
+    async with opened(fleet):
+        sid, tree = await made(fleet, git_repo)
+        checkpoints = CheckpointStore(tree, sid)
+        await checkpoints.create("session start", 1)
+        event(fleet, sid, "CheckpointCreated", commit="x", message_index=1, label="session start")
+        event(fleet, sid, "ToolCallStarted", call_id="c1", tool="replace_in_file", arguments={}, summary="")
+        (tree / "app.py").write_text("# the agent's edit\n")
+        written_before(tree / "app.py", 1)
+        event(fleet, sid, "ToolCallFinished", call_id="c1", tool="replace_in_file", status="ok", result="")
+        assert await reasons(fleet, sid) == ()
+        await checkpoints.create("edit app.py", 3)
+        event(fleet, sid, "CheckpointCreated", commit="y", message_index=3, label="edit app.py")
+        (tree / "old.txt").write_text("copied in\n")
+        written_before(tree / "old.txt", 3600)
+        assert await reasons(fleet, sid) == ("1 file changed in its worktree after its agent's last step (old.txt)",)
+
+
 async def test_a_call_that_never_finished_dates_its_files_by_the_last_event(fleet: Fleet, git_repo: Path) -> None:
     async with opened(fleet):
         sid, tree = await made(fleet, git_repo)

@@ -15,12 +15,15 @@ as the user's.
   live on a private ref, never on the branch, so any commit there is one somebody made on
   purpose), another branch or a detached HEAD in its worktree, and files that differ from the
   agent's latest checkpoint (tracked and new, not ignored: what a checkpoint holds) where no
-  step of the agent explains them. Every finished tool call that changed files ends in a
-  checkpoint; what differs from the latest one was changed later, by a person, or by a tool
-  call that ended without one (interrupted, failed, cut off by a crash) — a file last written
-  before such a call ended is its, a later one the user's; a deletion cannot be dated and
-  counts as the user's. Without any checkpoint (checkpoints off) the worktree is compared
-  with its HEAD and every step of the agent dates its files.
+  step of the agent explains them. A checkpoint holds everything written before it; what
+  differs from the latest one was changed later, by a person or by a tool call that ended
+  after it without a checkpoint of its own (interrupted, failed, or the app quit before the
+  checkpoint was taken — at a demo's ``--duration`` that is common): a file last written
+  before the last such call ended is the agent's, a later one the user's, and with no such
+  call every difference is the user's; a deletion cannot be dated and counts as the user's.
+  Without any checkpoint (checkpoints off) the worktree is compared with its HEAD and every
+  step of the agent dates its files. Missed: a file the user changes while the agent is
+  still running tools after its last checkpoint.
 
 Not counted: pausing, stopping, resuming, watching a session in the focus view — they leave
 nothing behind to lose; ignored files — git does not see them and neither does a checkpoint.
@@ -132,7 +135,9 @@ def _answered_by_user(payload: dict) -> bool:
 def agent_wrote_until(events: Sequence[StoredEvent], *, checkpointed: bool) -> float:
     """Until when the agent's own steps may have written files that its latest checkpoint
     lacks (Unix time; 0.0: none). ``checkpointed``: the session has a checkpoint to compare
-    with; else every tool call counts."""
+    with: a checkpoint holds everything written before it, so only the tool calls that ended
+    after the latest one count (one that changed files and whose checkpoint never came: the
+    app quit in between, the call failed or was interrupted); without one, every call counts."""
     until = 0.0
     open_calls: set[str] = set()
     for e in events:
@@ -140,11 +145,10 @@ def agent_wrote_until(events: Sequence[StoredEvent], *, checkpointed: bool) -> f
             open_calls.add(str(e.payload.get("call_id", "")))
         elif e.kind == "ToolCallFinished":
             open_calls.discard(str(e.payload.get("call_id", "")))
-            if not checkpointed or e.payload.get("status") != "ok":
-                until = max(until, e.ts)
-        elif e.kind == "ErrorOccurred" and str(e.payload.get("message", "")).startswith("checkpoint failed"):
             until = max(until, e.ts)
-        elif e.kind == "CheckpointCreated" and not checkpointed:
+        elif e.kind == "CheckpointCreated":
+            until = 0.0 if checkpointed else max(until, e.ts)
+        elif e.kind == "ErrorOccurred" and str(e.payload.get("message", "")).startswith("checkpoint failed"):
             until = max(until, e.ts)
     if open_calls and events:  # a call that never finished (the app died in it): all it could
         until = max(until, events[-1].ts)
