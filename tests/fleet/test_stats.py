@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import subprocess
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +18,10 @@ import httpx
 import pytest
 
 from tests.fleet.conftest import GIT_ENV
+from tests.fleet.fakes import FakeAgent, Script
 from tests.helpers.scripted_server import Reply, ScriptedServer
 from workstation.agent import Agent, AgentConfig
+from workstation.core import agent_events as ev
 from workstation.core.approvals import ApprovalPolicy
 from workstation.core.endpoints import Endpoint
 from workstation.engine.chat_client import ChatClient
@@ -63,9 +65,9 @@ class ReportingClient(ChatClient):
                         observe(self.session_id or "", delta.events)
                 yield delta
         finally:
-            assert self.fleet is not None
-            counted = self.fleet.streams.session(self.session_id or "")
-            self.ended.append(counted.streamed_chunks if counted is not None else 0)
+            if self.fleet is not None:
+                counted = self.fleet.streams.session(self.session_id or "")
+                self.ended.append(counted.streamed_chunks if counted is not None else 0)
 
 
 class GuidedAgents:
@@ -164,3 +166,61 @@ def test_shown_pieces_count_only_where_no_client_reports() -> None:
     assert fed.streams.session("s").streamed_chunks == 5
     asyncio.run(fed.aclose())
     assert feed == []
+
+
+class HiddenDrafts(FakeAgent):
+    """The scripted agent whose one model turn is what a guided edit asks of a real engine:
+    six sampled drafts in one request (``n``), none of them shown; then a note it shows."""
+
+    def __init__(self, setup: AgentSetup, script: Script, http: httpx.AsyncClient, feed: list[TokenObserver],
+                 clients: dict[str, ReportingClient]) -> None:
+        super().__init__(setup, script)
+        self.client = clients[setup.session_id] = ReportingClient(http, setup.endpoint, session_id=setup.session_id,
+                                                                  feed=feed)
+
+    async def _generate(self, turn: int) -> None:
+        sid = self.s.session_id
+        usage = None
+        async for delta in self.client.stream_chat(
+                [{"role": "user", "content": "Write a Python function that adds two numbers."}], max_tokens=32,
+                temperature=0.8, extra={"n": 6, "structured_outputs": {"regex": r"```python\n[a-z (),:+=\n]{1,120}```"}}):
+            usage = delta.usage or usage
+        assert usage is not None and usage.completion_tokens > 0
+        self._emit(ev.TextStreamed(sid, turn, "\n[6 drafts, 1 usable; trying the best first]"))
+        self._emit(ev.UsageReported(sid, turn, usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens,
+                                    usage.total_tokens, 8192))
+
+
+@pytest.mark.engine
+async def test_hidden_drafts_on_the_real_engine_count_as_their_usage_says(
+        tmp_path: Path, git_repo: Path, smollm2_engine: Endpoint) -> None:
+    """vLLM streams each choice's tokens as events of their own: the pane counts what the
+    usage says the six drafts took (less the few tokens without text, such as each draft's
+    end; measured 206-218 events for 211-222 tokens), and not the note it shows."""
+    feed: list[TokenObserver] = []
+    clients: dict[str, ReportingClient] = {}
+    script = Script(steps=0)
+    async with make_http_client() as http:
+        fleet = Fleet(data_dir=tmp_path / "data", endpoints=[smollm2_engine], http=http, max_generating=2,
+                      agent_factory=_Factory(lambda setup: HiddenDrafts(setup, script, http, feed, clients), feed))
+        try:
+            await fleet.start()
+            (s,) = await fleet.create_sessions(SessionSpec(task="t", repo=str(git_repo), headless=True), 1,
+                                               start=True)
+            await asyncio.wait_for(fleet.wait_settled(), 300)
+            counted = fleet.streams.session(s.session_id)
+            assert counted is not None and counted.streamed_chunks == clients[s.session_id].generated
+            assert 0.95 * counted.completion_tokens <= counted.streamed_chunks <= counted.completion_tokens
+        finally:
+            await fleet.aclose()
+
+
+class _Factory:
+    """An agent factory with the shared list its agents' clients report generated tokens to."""
+
+    def __init__(self, make: Callable[[AgentSetup], Any], token_observers: list[TokenObserver]) -> None:
+        self.make = make
+        self.token_observers = token_observers
+
+    def __call__(self, setup: AgentSetup) -> Any:
+        return self.make(setup)
