@@ -195,8 +195,8 @@ class HiddenDrafts(FakeAgent):
 async def test_hidden_drafts_on_the_real_engine_count_as_their_usage_says(
         tmp_path: Path, git_repo: Path, smollm2_engine: Endpoint) -> None:
     """vLLM streams each choice's tokens as events of their own: the pane counts what the
-    usage says the six drafts took (less the few tokens without text, such as each draft's
-    end; measured 206-218 events for 211-222 tokens), and not the note it shows."""
+    usage says the six drafts took, less the end token of each draft that ended (it has no
+    text; measured 104 events for 110 tokens, 140 for 144), and not the note it shows."""
     feed: list[TokenObserver] = []
     clients: dict[str, ReportingClient] = {}
     script = Script(steps=0)
@@ -210,7 +210,8 @@ async def test_hidden_drafts_on_the_real_engine_count_as_their_usage_says(
             await asyncio.wait_for(fleet.wait_settled(), 300)
             counted = fleet.streams.session(s.session_id)
             assert counted is not None and counted.streamed_chunks == clients[s.session_id].generated
-            assert 0.95 * counted.completion_tokens <= counted.streamed_chunks <= counted.completion_tokens
+            # each draft's end token has no text, so no event (ASCII drafts: no half characters)
+            assert counted.completion_tokens - 6 <= counted.streamed_chunks <= counted.completion_tokens
         finally:
             await fleet.aclose()
 
