@@ -239,3 +239,18 @@ async def test_the_tuners_share_the_client_and_a_screening_left_running_is_stopp
             assert all(launcher.alive() for launcher in started)
             raise RuntimeError("the caller failed before closing the tuner")
     assert len(started) == 2 and not any(launcher.alive() for launcher in started)
+
+
+async def test_closing_the_services_stops_the_guided_drafts_check_processes(settings) -> None:
+    import os
+
+    import psutil
+
+    from workstation.agent.guided import checks
+
+    services = Services(settings, http=FakeVllm().client())
+    child = await checks.off_loop(os.getpid)  # starts the pool and one of its processes
+    assert child != os.getpid() and psutil.pid_exists(child)
+    await services.aclose()
+    assert checks._pool is None
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE

@@ -366,9 +366,13 @@ class Services:
 
     async def aclose(self) -> None:
         """Stop accepting work (every fleet ends its agents; sessions keep their state) → the
-        tuners' trial engines → the meters → the engine → the HTTP client. A stage that fails is
+        guided drafts' check processes → the tuners' trial engines → the meters → the engine → the HTTP client. A stage that fails is
         logged and the next runs."""
         await self.close_sessions()
+        with shutdown_stage("stopping the guided drafts' check processes"):
+            from workstation.agent.guided.checks import close_check_pool
+
+            await asyncio.to_thread(close_check_pool)  # the agents are cancelled: nothing checks now
         tuners, self._tuners = self._tuners, []
         for tuner in reversed(tuners):
             with shutdown_stage("stopping the tuner's trial engines"):
