@@ -297,3 +297,20 @@ def test_the_notice_names_a_folder_left_in_place(tmp_path: Path) -> None:
     started = DemoStart(plan, ("a",), 2, kept_folders=(KeptFolder(tmp_path / "old", ("datekit: 1 commit …",)),))
     assert started.notice() == (f"removed the 2 session(s) an earlier demo run made; left {tmp_path / 'old'} "
                                 f"in place: work of yours is there ({KEPT_FILE} says what)")
+
+
+async def test_a_list_that_cannot_be_rewritten_stops_the_run_before_anything_is_removed(
+        tmp_path: Path, mock_http: httpx.AsyncClient) -> None:
+    from workstation.core.errors import UserError
+
+    data = tmp_path / "data"
+    fleet, first, _ = await demo_run(data, mock_http, sessions=2)
+    await fleet.reply(first[0], "mine now")
+    await asyncio.wait_for(fleet.wait_settled(), 60)
+    folder = Path(fleet.record(first[0]).repo_path).parent
+    (folder / f"{MADE_FILE}.new").mkdir()  # where the new list would be written: taken
+    with pytest.raises(UserError, match="cannot write the demo's list .* no session was removed"):
+        await start_demo(fleet, data, sessions=2, headless=True)
+    assert {s.session_id for s in fleet.sessions()} == set(first)
+    assert all(Path(fleet.record(sid).worktree_path).is_dir() for sid in first)
+    await fleet.aclose()

@@ -167,7 +167,8 @@ async def start_demo(fleet: Fleet, data_dir: Path, *, sessions: int | None = Non
     plan = await asyncio.to_thread(prepare_demo, data_dir, sessions=sessions, manifest=manifest)
     unused = await asyncio.to_thread(unused_demo_folders, data_dir, fleet.book.records(), keep=plan.workdir)
     spared = await keep_folders_worked_in(fleet.git, unused)
-    await asyncio.to_thread(remove_unused_demo_folders, data_dir, fleet.book.records(), keep=plan.workdir)
+    await asyncio.to_thread(remove_unused_demo_folders, data_dir, fleet.book.records(), keep=plan.workdir,
+                            spare=[f.path for f in spared])
     made: list[str] = []
     for spec in demo_specs(plan, headless=headless):
         summary = await fleet.create_session(spec, free_names=True)  # a name the user took: a free one
@@ -215,11 +216,15 @@ def adopt(folders: dict[Path, list[str]], kept: set[str]) -> None:
         if not kept.intersection(ids):
             continue
         listed = folder / MADE_FILE
-        lines = listed.read_text(encoding="utf-8").splitlines() if listed.is_file() else ids
-        rest = [line.strip() for line in lines if line.strip() and line.strip() not in kept]
-        fresh = listed.with_name(MADE_FILE + ".new")
-        fresh.write_text("".join(f"{sid}\n" for sid in rest), encoding="utf-8")
-        os.replace(fresh, listed)
+        try:
+            lines = listed.read_text(encoding="utf-8").splitlines() if listed.is_file() else ids
+            rest = [line.strip() for line in lines if line.strip() and line.strip() not in kept]
+            fresh = listed.with_name(MADE_FILE + ".new")
+            fresh.write_text("".join(f"{sid}\n" for sid in rest), encoding="utf-8")
+            os.replace(fresh, listed)
+        except OSError as exc:  # before anything is removed: the run stops here, nothing lost
+            raise UserError(f"cannot write the demo's list {listed} ({exc.strerror or exc}); no session was "
+                            "removed", hint="make that folder writable and run the demo again") from exc
 
 
 def earlier_demo_sessions(records: Iterable[SessionRecord], data_dir: Path, manifest: DemoManifest, *,
@@ -265,7 +270,10 @@ async def keep_folders_worked_in(git: GitRunner, folders: Sequence[Path]) -> lis
         if reasons:
             text = ("workstation demo left this folder in place: work of yours is in its sample repositories.\n"
                     + "".join(f"- {r}\n" for r in reasons) + "Delete it yourself once you no longer need it.\n")
-            await asyncio.to_thread((folder / KEPT_FILE).write_text, text, "utf-8")
+            try:
+                await asyncio.to_thread((folder / KEPT_FILE).write_text, text, "utf-8")
+            except OSError as exc:  # it stays all the same (``spare``); the next run asks again
+                log.warning("demo: cannot write %s: %s", folder / KEPT_FILE, exc)
             log.info("demo: left %s in place: %s", folder, "; ".join(reasons))
             kept.append(KeptFolder(folder, tuple(reasons)))
     return kept
@@ -279,11 +287,14 @@ def unused_demo_folders(data_dir: Path, records: Iterable[SessionRecord], *, kee
 
 
 def remove_unused_demo_folders(data_dir: Path, records: Iterable[SessionRecord], *,
-                               keep: Path | None = None) -> list[Path]:
-    """Delete the earlier demo folders (sample repositories) that no session uses; returns
-    them. Blocking: run it off the event loop."""
+                               keep: Path | None = None, spare: Iterable[Path] = ()) -> list[Path]:
+    """Delete the earlier demo folders (sample repositories) that no session uses, but those
+    in ``spare``; returns them. Blocking: run it off the event loop."""
+    spared = set(spare)
     removed: list[Path] = []
     for folder in unused_demo_folders(data_dir, records, keep=keep):
+        if folder in spared:
+            continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     if removed:  # the removed sessions' worktrees are gone; so are the folders that held them
