@@ -21,8 +21,8 @@ mark … (``user_work.py`` says what counts, and why) is kept with its worktree,
 transcript, and adopted: its id leaves its run's list before anything is removed, so no later
 run takes it for the demo's again. An earlier folder no session uses is deleted only when
 none of its sample repositories holds work of the user's either (a session merged into its
-``main`` and then removed, a commit made there by hand): such a folder is left where it is,
-with a ``YOURS.txt`` saying why, and no later run looks at it again. The run says what it
+``main`` or a bug's branch and then removed, a commit made there by hand): such a folder is
+left where it is, with a ``YOURS.txt`` saying why, and no later run looks at it again. The run says what it
 kept (``DemoStart.notice``).
 """
 

@@ -29,7 +29,8 @@ Not counted: pausing, stopping, resuming, watching a session in the focus view â
 nothing behind to lose; ignored files â€” git does not see them and neither does a checkpoint.
 
 :func:`repository_work` asks the same of a sample repository the demo made (a session merged
-into its ``main``, a commit or a branch made there by hand, a changed file in its checkout):
+into its ``main`` or a bug's branch, a commit or a branch made there by hand, a changed file
+in its checkout):
 its folder is deleted only when nothing there is the user's.
 """
 
