@@ -22,8 +22,8 @@ transcript, and adopted: its id leaves its run's list before anything is removed
 run takes it for the demo's again. An earlier folder no session uses is deleted only when
 none of its sample repositories holds work of the user's either (a session merged into its
 ``main`` or a bug's branch and then removed, a commit made there by hand): such a folder is
-left where it is, with a ``YOURS.txt`` saying why, and no later run looks at it again. The run says what it
-kept (``DemoStart.notice``).
+left where it is, with a ``YOURS.txt`` saying why, and no later run looks at it again. The
+run says what it kept (``DemoStart.notice``).
 """
 
 from __future__ import annotations
@@ -104,7 +104,8 @@ class DemoStart:
         if not self.kept:
             line = f"removed the {self.replaced} session(s) an earlier demo run made" if self.replaced else ""
         else:
-            names = ", ".join(k.name for k in self.kept[:_NAMES_SHOWN]) + (" …" if len(self.kept) > _NAMES_SHOWN else "")
+            names = ", ".join(k.name for k in self.kept[:_NAMES_SHOWN])
+            names += " …" if len(self.kept) > _NAMES_SHOWN else ""
             line = f"kept {len(self.kept)} demo session(s) you worked in, as yours now ({names})"
             line += f"; replaced the {self.replaced} other(s) an earlier demo run made" if self.replaced else ""
         if self.kept_folders:
