@@ -265,3 +265,31 @@ async def test_open_requests_count_a_stream_while_it_runs_and_drop_it_however_it
         with pytest.raises(EngineUnreachable):
             await _collect(client)
         assert client.open_requests.on(url) == 0
+
+
+async def test_token_observers_are_told_every_deltas_generated_tokens_of_a_session(client_for):
+    """What a fleet's panes count: each delta's ``events`` of every request of a session,
+    shown or not, on both paths; a client without a session reports nothing."""
+    reply = Reply(text="Reading the test first. " * 8, chunk_chars=3)
+    async with client_for() as make, ScriptedServer([reply, reply]) as server:
+        told = []
+        client = make(server.endpoint, session_id="s1")
+        client.token_observers = [lambda sid, n: told.append((sid, n))]
+        _text, _calls, _finish, _usage, events = await _collect(client)
+        assert events > 0 and sum(n for _sid, n in told) == events and {sid for sid, _n in told} == {"s1"}
+        anonymous = make(server.endpoint)
+        anonymous.token_observers = client.token_observers
+        before = len(told)
+        await _collect(anonymous)
+        assert len(told) == before
+
+
+def test_the_agent_factorys_clients_share_its_token_observers():
+    from workstation.core.endpoints import Endpoint
+    from workstation.fleet.agent_bridge import real_agent_factory
+
+    factory = real_agent_factory(None)  # type: ignore[arg-type]
+    ep = Endpoint("http://127.0.0.1:9", "k", "m")
+    a, b = factory._client(ep, None, "s1"), factory._client(ep, None, "s2")
+    assert a.token_observers is b.token_observers is factory.token_observers
+    assert a.open_requests is b.open_requests is factory.open_requests

@@ -46,6 +46,9 @@ DRAIN_TIMEOUT_S = 1.0
 """How long to read on after ``[DONE]`` for the end of the response (keeps the connection)."""
 
 RequestObserver = Callable[[RequestRecord], None]
+TokenObserver = Callable[[str, int], None]
+"""``(session_id, tokens)``: a delta of one of the session's requests carried ``tokens``
+generated tokens (its ``events``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +97,9 @@ class ChatClient:
         self._http = http
         self.endpoint = endpoint
         self.observers: list[RequestObserver] = list(observers)
+        self.token_observers: list[TokenObserver] = []
+        """Told each delta's generated tokens of every request (shown or not), while the
+        client has a ``session_id``: a fleet's live token count (its clients share one list)."""
         self.session_id = session_id
         self.model = model
         self.streams = streams
@@ -155,6 +161,8 @@ class ChatClient:
         if self.streams is not None:
             try:
                 async for delta in self._via_worker(endpoint, model, url, orjson.dumps(body), headers, shape):
+                    if delta.events and self.token_observers:
+                        self._generated(delta.events)
                     yield delta
             finally:
                 open_requests.closed(endpoint.base_url)
@@ -197,6 +205,8 @@ class ChatClient:
                             first = now - started
                         if delta.usage is not None:
                             usage = delta.usage
+                        if delta.events and self.token_observers:
+                            self._generated(delta.events)
                         yield delta
         except httpx.ConnectError as exc:
             error = f"cannot reach the engine at {endpoint.base_url}: {exc}"
@@ -217,6 +227,11 @@ class ChatClient:
             open_requests.closed(endpoint.base_url)
             if self.observers:
                 self._report(endpoint, model, started, first, max_gap, usage, error, shape)
+
+    def _generated(self, tokens: int) -> None:
+        if self.session_id is not None:
+            for observe in self.token_observers:
+                observe(self.session_id, tokens)
 
     def _request_shape(self, body: dict[str, Any], choices: int) -> _RequestShape:
         """What the record says of the request itself: its ``n``, its constraint, and which

@@ -133,6 +133,9 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         self.request_observers: list[RequestObserver] = []
         """One list, shared by every chat client this factory made or will make: an observer
         added here sees each model request (one record per request, with its ``n``)."""
+        self.token_observers: list[Callable[[str, int], None]] = []
+        """One list, shared by every chat client this factory made or will make: told each
+        streamed delta's generated tokens of a session (``(session_id, tokens)``)."""
         self.open_requests = open_requests if open_requests is not None else OpenRequests()
         self.prompt_ledger = PromptLedger()
         """One for the fleet: each record says which earlier request of any session its prompt
@@ -143,6 +146,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
 
         client = ChatClient(self.http, endpoint, model=model, session_id=session_id, streams=self.streams)
         client.observers = self.request_observers  # the same list, not a copy
+        client.token_observers = self.token_observers
         client.ledger = self.prompt_ledger
         client.open_requests = self.open_requests
         return client

@@ -306,8 +306,9 @@ class Meters:
     def tokens_per_s(self) -> float | None:
         """The one generated-tokens rate the app shows (the strip, the status bar, the recording's
         caption): the engines' own count from /metrics where they have one — it also counts
-        what no pane shows, such as the guided protocol's extra drafts — else what the sessions'
-        streams counted. Both over the same trailing window (the stream counters' 5 s), and
+        other clients' traffic — else what the sessions' chat clients counted as generated
+        (the guided protocol's hidden drafts and choices included, since the clients report
+        every delta's tokens). Both over the same trailing window (the stream counters' 5 s), and
         never less than the streams: the strip had read 0 tok/s from a one-second scrape
         between two bursts of a CPU engine while a pane still showed 3 t/s. None while an
         engine with metrics has not reported a rate yet and nothing streams."""
