@@ -180,6 +180,25 @@ async def test_needs_input_then_reply(tmp_path: Path, git_repo: Path, mock_http:
     await fleet.aclose()
 
 
+async def test_a_message_to_a_working_session_is_refused_in_words_never_dropped(
+        tmp_path: Path, git_repo: Path, mock_http: httpx.AsyncClient) -> None:
+    """The follow-up box is always there; a message sent while the session works used to be
+    dropped without a word (start_session returned). It is refused now, so the window keeps
+    the text and says why."""
+    fleet = make_fleet(tmp_path / "data", mock_http, Script(steps=4, turn_s=0.3))
+    await fleet.start()
+    (s,) = await fleet.create_sessions(SessionSpec(task="t", repo=str(git_repo)), 1, start=True)
+    for _ in range(200):
+        if fleet.summary(s.session_id).state in (S.QUEUED, S.RUNNING):
+            break
+        await asyncio.sleep(0.01)
+    with pytest.raises(UserError, match="the message was not sent"):
+        await fleet.reply(s.session_id, "and also this")
+    await asyncio.wait_for(fleet.wait_settled(), 30)
+    assert fleet.summary(s.session_id).state is S.DONE
+    await fleet.aclose()
+
+
 async def test_bad_input_leaves_nothing(tmp_path: Path, git_repo: Path, mock_http: httpx.AsyncClient) -> None:
     data = tmp_path / "data"
     fleet = make_fleet(data, mock_http, Script())

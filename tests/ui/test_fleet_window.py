@@ -272,3 +272,22 @@ def test_ask_before_every_action_asks_for_reads_too(qtbot, fleet_ui: FleetUI) ->
         assert ui.state(asks) is S.AWAITING_APPROVAL
 
     ui.play(body)
+
+
+def test_a_follow_up_to_a_working_session_is_refused_and_stays_in_the_input(qtbot, fleet_ui: FleetUI) -> None:  # type: ignore[no-untyped-def]
+    ui = fleet_ui
+
+    async def body() -> None:
+        (sid,) = await ui.create(1)
+        await ui.wait(lambda: ui.state(sid) is S.AWAITING_APPROVAL)
+        pane = ui.window.panes[sid]
+        ui.window.grid.set_focus(ui.window.grid.panes.index(pane))
+        qtbot.keyClick(ui.window.grid, Qt.Key.Key_Return)
+        assert ui.window.in_focus_view and ui.window.focus.pane is pane
+        qtbot.keyClicks(ui.window.focus.input, "also rename it")
+        qtbot.keyClick(ui.window.focus.input, Qt.Key.Key_Return)
+        await ui.wait(lambda: ui.window.focus.input.text() == "also rename it")
+        await ui.wait(lambda: "not sent" in ui.window.notice_label.text())  # and says why
+        assert ui.state(sid) is S.AWAITING_APPROVAL
+
+    ui.play(body)

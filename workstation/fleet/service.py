@@ -387,8 +387,11 @@ class Fleet:
         self._require_open()
         rec = self.book.rec(session_id)
         if self.drivers.alive(session_id):
-            if message is not None and rec.state is S.NEEDS_INPUT:
-                raise UserError(f"{rec.name} is still winding down; try again in a moment")
+            if message is not None:  # never dropped in silence: the user keeps the text and is told
+                if rec.state is S.NEEDS_INPUT or rec.state.is_finished:
+                    raise UserError(f"{rec.name} is still winding down; try again in a moment")
+                raise UserError(f"{rec.name} is working ({rec.state.value.replace('_', ' ')}): the message was "
+                                "not sent", hint="send it when the session asks for input, or pause it first")
             return
         if rec.state is S.PREPARING:
             raise UserError(f"{rec.name} is still being prepared")
@@ -396,6 +399,9 @@ class Fleet:
             raise UserError(f"the worktree of {rec.name} is gone ({rec.worktree_path})",
                             hint="remove the session and create it again")
         if rec.state is S.ENGINE_WAIT:
+            if message is not None:
+                raise UserError(f"{rec.name} waits for its engine: the message was not sent",
+                                hint="send it when the engine is back")
             return  # continues by itself when the engine is back
         reached = self.costs.budget_reached(rec)
         if reached is not None:

@@ -29,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from workstation.config import Settings
+from workstation.core.errors import UserError
 from workstation.core.session_state import SessionState
 from workstation.ui.approval_controls import ApprovalControls
 from workstation.ui.attention import Attention
@@ -260,8 +261,7 @@ class MainWindow(QMainWindow):
         self.focus.back_requested.connect(self.show_grid)
         self.focus.follow_up.connect(self._on_focus_follow_up)
         self.focus.follow_up_images.connect(
-            lambda sid, text, images: self._command(
-                "follow-up", lambda c: c.follow_up(sid, text, tuple(images))))
+            lambda sid, text, images: self._follow_up(sid, text, tuple(images)))
         self.engine_dock.start_requested.connect(lambda p: self.engine_verb("start", lambda e: e.start(p or None)))
         self.engine_dock.stop_requested.connect(self.guard.stop_engine)
         self.engine_dock.restart_requested.connect(lambda p: self.engine_verb("restart", lambda e: e.restart(p or None)))
@@ -501,7 +501,19 @@ class MainWindow(QMainWindow):
             self._command("toggle-pause", lambda c: c.toggle_pause(sid))
 
     def _on_focus_follow_up(self, session_id: str, text: str) -> None:
-        self._command("follow-up", lambda c: c.follow_up(session_id, text))
+        self._follow_up(session_id, text, ())
+
+    def _follow_up(self, session_id: str, text: str, images: tuple[str, ...]) -> None:
+        """Send a follow-up; a refused one (the session is working) goes back into the input."""
+
+        async def send(commands: SessionCommands) -> None:
+            try:
+                await commands.follow_up(session_id, text, images)
+            except UserError:
+                self.focus.keep_unsent(session_id, text)
+                raise
+
+        self._command("follow-up", send)
 
     # ----- status -----
     def _update_counts(self) -> None:

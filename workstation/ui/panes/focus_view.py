@@ -147,6 +147,12 @@ class FocusView(QWidget):
             else:
                 self.follow_up.emit(self.pane.info.session_id, text)
 
+    def keep_unsent(self, session_id: str, text: str) -> None:
+        """A follow-up that was not sent goes back into the input (if it still shows that
+        session and the user has not typed anew)."""
+        if self.pane is not None and self.pane.info.session_id == session_id and not self.input.text():
+            self.input.setText(text)
+
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802
         if event.key() == Qt.Key.Key_Escape:
             self.back_requested.emit()
