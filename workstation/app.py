@@ -358,7 +358,7 @@ class Application:
         log.info("demo '%s': %d sessions in %s", plan.manifest.name, len(plan.sessions), plan.workdir)
         notice = started.notice()
         if notice and self.window is not None:  # which it kept, and that they are the user's now
-            self.window.show_status(notice[0].upper() + notice[1:], 20000)
+            self.window.show_status(notice[0].upper() + notice[1:], 20000, details=started.details())
         if demo.record is not None and self.recorder is not None:
             from workstation.ui.recorder import RecordingOptions
 

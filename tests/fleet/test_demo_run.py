@@ -218,6 +218,7 @@ async def test_the_run_says_which_it_kept_and_why(tmp_path: Path, mock_http: htt
         (name, ("you sent it 1 message",)), ("my-fix", (f"you renamed it (from {old})",))]
     assert started.notice() == (f"kept 2 demo session(s) you worked in, as yours now ({name}, my-fix); "
                                 "replaced the 1 other(s) an earlier demo run made")
+    assert started.details() == f"{name}: you sent it 1 message\nmy-fix: you renamed it (from {old})"
     await fleet.aclose()
 
 

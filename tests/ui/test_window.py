@@ -227,3 +227,12 @@ def test_engine_dock_buttons_and_log(qtbot, qloop, settings) -> None:  # type: i
     finally:
         window.allow_close()
         window.close()
+
+
+def test_a_status_notice_keeps_its_details_in_the_tooltip(window) -> None:  # type: ignore[no-untyped-def]
+    window.show_status("Kept 1 demo session(s) you worked in, as yours now (fix-median)", 20000,
+                       details="fix-median: you sent it 1 message")
+    assert "fix-median" in window.notice_label.text()
+    assert window.notice_label.toolTip().endswith("\n\nfix-median: you sent it 1 message")
+    window.show_status("plain")
+    assert window.notice_label.toolTip() == "plain"

@@ -98,6 +98,10 @@ class DemoStart:
     kept: tuple[KeptSession, ...] = ()
     kept_folders: tuple[KeptFolder, ...] = ()
 
+    def details(self) -> str:
+        """Each kept session and what of it is the user's, one per line (the notice's tooltip)."""
+        return "\n".join(f"{k.name}: {'; '.join(k.reasons)}" for k in self.kept)
+
     def notice(self) -> str:
         """One line for the terminal and the window's status bar; empty when no earlier run
         left anything."""

@@ -535,10 +535,11 @@ class MainWindow(QMainWindow):
         if self.page_label.text() != text:
             self.page_label.setText(text)
 
-    def show_status(self, message: str, timeout_ms: int = 8000) -> None:
-        """A passing line in the status bar, beside the session summary."""
+    def show_status(self, message: str, timeout_ms: int = 8000, *, details: str = "") -> None:
+        """A passing line in the status bar, beside the session summary; ``details``: more
+        lines for its tooltip (which demo sessions were kept as the user's, and why)."""
         self.notice_label.setText(f"│  {message}")
-        self.notice_label.setToolTip(message)
+        self.notice_label.setToolTip(f"{message}\n\n{details}" if details else message)
         self._notice_timer.start(timeout_ms)
 
     def show_error(self, message: str) -> None:
