@@ -81,3 +81,19 @@ def test_app_logging_is_private_and_scrubbed(tmp_path: Path) -> None:
     text = (logs / "workstation.log").read_text()
     assert "engine answered with key [REDACTED:openai-key]" in text and KEY not in text
     assert KEY not in proc.stderr and "[REDACTED:openai-key]" in proc.stderr
+
+
+def test_the_file_log_leaves_out_the_event_loops_own_debug_chatter(tmp_path) -> None:
+    """qasync's per-callback DEBUG lines were 97 % of the file log of a 32-session window."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import logging; from workstation.logging_setup import setup_logging; setup_logging(); "
+            "logging.getLogger('qasync.QThreadExecutor').debug('Submitting callback %s', 'x' * 3000); "
+            "logging.getLogger('workstation.test').debug('kept')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "WORKSTATION_DATA_DIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "logs" / "workstation.log").read_text()
+    assert "kept" in text and "Submitting callback" not in text
