@@ -136,3 +136,30 @@ def test_sessions_moved_to_another_endpoint_ask_before_they_go_on(
             assert fleet.router.endpoint_of(sid).name == "other-model"
 
     run(qloop, body())
+
+
+def test_the_moved_question_closes_when_its_sessions_are_removed(
+        qtbot, qloop, settings, calc_repo: Path, server: ScriptedServer) -> None:  # type: ignore[no-untyped-def]
+    """``workstation demo`` asks nothing of the sessions it replaces: the question about moved
+    sessions, asked at the fleet's start, closed when the demo removed them (it stayed open,
+    naming 32 sessions that no longer existed)."""
+    from workstation.ui.backend import NewSessionRequest
+
+    async def body() -> None:
+        first = _window(qtbot, settings)
+        async with fleet_on(first, settings, server.endpoint) as (_fleet, commands):
+            await commands.create_sessions(NewSessionRequest(task=TASK, repo_path=str(calc_repo)))
+            await wait_until(lambda: len(first.panes) == 1)
+            (sid,) = first.panes
+            await wait_until(lambda: first.panes[sid].info.state is S.AWAITING_APPROVAL)
+        window = _window(qtbot, settings)
+        other = dataclasses.replace(server.endpoint, name="other-model")
+        async with fleet_on(window, settings, other) as (fleet, _commands):
+            dialog = window.confirmations.dialog
+            assert dialog is not None and window.panes[sid].info.state is S.PAUSED
+            await fleet.remove(sid)
+            await wait_until(lambda: sid not in window.panes)
+            await wait_until(lambda: window.confirmations.dialog is None)
+            assert not dialog.isVisible()
+
+    run(qloop, body())

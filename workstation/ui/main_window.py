@@ -315,6 +315,7 @@ class MainWindow(QMainWindow):
         pane = self.panes.pop(session_id, None)
         if pane is None:
             return
+        self.restart.forget(session_id)
         if self.focus.pane is pane:
             self.show_grid()
         self.attention.forget(session_id)

@@ -20,7 +20,7 @@ from workstation.ui.panes.transcript_doc import LineStyle
 
 if TYPE_CHECKING:
     from workstation.ui.approval_controls import Command
-    from workstation.ui.dialogs.confirm import Confirmations
+    from workstation.ui.dialogs.confirm import ConfirmDialog, Confirmations
     from workstation.ui.panes.session_pane import PaneInfo, SessionPane
     from workstation.ui.panes.transcript_doc import TranscriptDoc
 
@@ -71,17 +71,33 @@ class RestartFlow:
     def __init__(self, window: RestartWindow, command: Command) -> None:
         self.window = window
         self._command = command
+        self._asking: tuple[ConfirmDialog, set[str]] | None = None
+        """The open question about moved sessions, and which of them are still there."""
+
+    def forget(self, session_id: str) -> None:
+        """A session was removed (a demo run replaces the sessions an earlier one made, and
+        it starts after this question was asked): the question no longer covers it, and
+        closes once it covers none."""
+        if self._asking is None:
+            return
+        dialog, left = self._asking
+        left.discard(session_id)
+        if not left:
+            self._asking = None
+            dialog.reject()
 
     def ask_moved(self, event: SessionsMovedEndpoint) -> None:
         """Name the sessions whose endpoint is gone; yes resumes them on the current one."""
         names = [self.window.panes[sid].info.name for sid in event.session_ids if sid in self.window.panes]
         n = len(event.session_ids)
+        left = set(event.session_ids)
 
         def resume() -> None:
             for sid in event.session_ids:
-                self._command("resume-moved", lambda c, s=sid: c.toggle_pause(s))
+                if sid in left:  # not one removed meanwhile
+                    self._command("resume-moved", lambda c, s=sid: c.toggle_pause(s))
 
-        self.window.confirmations.ask(
+        dialog = self.window.confirmations.ask(
             resume, title="Sessions moved to another endpoint", confirm=f"Resume on {event.current}",
             destructive=False,
             headline=f"{n} session{'s' if n != 1 else ''} ran on {event.previous}, which is gone. "
@@ -89,3 +105,9 @@ class RestartFlow:
             items=names,
             note="They were working when the app stopped. Another model answers differently; they wait "
                  "paused until you say so (each can also be resumed from its pane, Ctrl+P).")
+        self._asking = (dialog, left)
+        dialog.finished.connect(lambda _code, d=dialog: self._closed(d))
+
+    def _closed(self, dialog: ConfirmDialog) -> None:
+        if self._asking is not None and self._asking[0] is dialog:
+            self._asking = None
