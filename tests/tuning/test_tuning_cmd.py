@@ -29,10 +29,24 @@ def test_shape_bench_and_tune_without_data_say_what_to_do(tmp_path, capsys, monk
     assert "no captured traffic shape yet" in err and "workstation shape capture" in err
     # with no shape asked for, tune goes on with the built-in agent-like workload (here it then
     # stops: this data dir has no engine)
+    # the default model is SmolLM2, for which the app's agents are guided: the built-in
+    # workload is what the guided protocol sends, and the verb says so
     assert main(["tune", "--budget-s", "60"]) == 2
     err = capsys.readouterr().err
-    assert "tuning for the built-in agent-like workload (256 (+1300 shared)/48 x 4 streams" in err
+    assert ("tuning for the built-in agent-like workload, as the guided protocol sends it (the app's agents "
+            "are guided for smollm2) (guided agent turns of 500 (+300 shared) tokens") in err
+    assert "guided: regex, n=6 draws" in err
     assert "engine" in err.splitlines()[-1]
+    assert main(["tune", "--budget-s", "60", "--guided", "no"]) == 2
+    err = capsys.readouterr().err
+    assert "tuning for the built-in agent-like workload, plain (--guided no) (256 (+1300 shared)/48 x 4 streams" in err
+    assert main(["tune", "--budget-s", "60", "--model", "Qwen2.5-Coder-32B"]) == 2
+    assert "plain (the app's agents are not guided for Qwen2.5-Coder-32B) (256 (+1300" in capsys.readouterr().err
+    # bench, with no shape captured either, benchmarks the same built-in workload
+    assert main(["bench", "--endpoint", "http://127.0.0.1:9", "--model", "smollm2", "--tool", "vllm"]) == 2
+    err = capsys.readouterr().err
+    assert "benchmarking the built-in agent-like workload, as the guided protocol sends it" in err
+    assert "vllm bench serve cannot send the guided protocol's regex" in err
     assert main(["bench", "--input-len", "8"]) == 2
     assert "both --input-len and --output-len" in capsys.readouterr().err
     assert main(["bench", "--input-len", "8", "--output-len", "8"]) == 2

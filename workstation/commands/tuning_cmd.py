@@ -122,6 +122,10 @@ def _workload_args(p: argparse.ArgumentParser, *, duration: float = 30.0, warmup
     g.add_argument("--no-constraints", dest="constrained", action="store_false",
                    help="replay: send no structured-outputs constraints (by default the requests that "
                         "carried one when captured, as a guided agent's all do, carry one)")
+    g.add_argument("--guided", choices=("auto", "yes", "no"), default="auto",
+                   help="the built-in agent-like workload (no shape captured yet): as the guided protocol "
+                        "sends it (a regex on every request, drafts drawn n at a time) or plain; auto (the "
+                        "default): guided where the app's agents are guided for the model")
     g.add_argument("--slo-ttft-ms", type=float, default=2000.0, help="goodput SLO on TTFT (default 2000)")
     g.add_argument("--slo-tpot-ms", type=float, default=200.0, help="goodput SLO on TPOT (default 200)")
 
@@ -305,10 +309,28 @@ def _shape_capture(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- bench
+def _builtin_choices(args: argparse.Namespace, settings) -> tuple[int, str]:  # type: ignore[no-untyped-def]
+    """The built-in workload's ``guided_choices`` for the model the arguments name (``--model``,
+    else the settings'), and the words that say why."""
+    from workstation.tuning.loadgen import guided_agent_choices, guided_draft_choices, workload_model
+
+    mode = getattr(args, "guided", "auto")
+    if mode == "yes":
+        return guided_draft_choices(), "as the guided protocol sends it (--guided yes)"
+    if mode == "no" or settings is None:
+        return 0, "plain (--guided no)" if mode == "no" else "plain"
+    model = workload_model(settings, getattr(args, "model", None))
+    choices = guided_agent_choices(settings, model)
+    if choices:
+        return choices, f"as the guided protocol sends it (the app's agents are guided for {model.served_name})"
+    return 0, f"plain (the app's agents are not guided for {model.served_name})"
+
+
 def _workload(args: argparse.Namespace, store, *, default_concurrency: int = 8,  # type: ignore[no-untyped-def]
-              builtin_when_none: bool = False):
-    """The workload the arguments ask for. ``builtin_when_none`` (``tune``): with no shape
-    captured and none asked for, the built-in agent-like workload instead of an error."""
+              builtin_when_none: bool = False, settings=None, verb: str = "tuning for"):
+    """The workload the arguments ask for. ``builtin_when_none``: with no shape captured and
+    none asked for, the built-in agent-like workload instead of an error — as the app's agents
+    send it to the model (``settings``: whose model, unless ``--model`` names one)."""
     from workstation.tuning.loadgen import agent_like_workload, workload_from_shape
     from workstation.tuning.results import Slo, Workload
 
@@ -324,9 +346,11 @@ def _workload(args: argparse.Namespace, store, *, default_concurrency: int = 8, 
                      max_requests=args.max_requests, content=getattr(args, "content", None) or "random")
         return w, None, slo
     if builtin_when_none and args.shape is None and not store.shapes():
+        choices, how = _builtin_choices(args, settings)
         w = agent_like_workload(concurrency=args.concurrency, duration_s=args.duration_s, warmup_s=args.warmup_s,
-                                max_requests=args.max_requests, content=getattr(args, "content", None) or "code")
-        _say(f"no traffic shape captured yet: tuning for the built-in agent-like workload ({w.describe()}); "
+                                max_requests=args.max_requests, content=getattr(args, "content", None) or "code",
+                                guided_choices=choices)
+        _say(f"no traffic shape captured yet: {verb} the built-in agent-like workload, {how} ({w.describe()}); "
              "capture your own with `workstation shape capture`")
         return (replace(w, request_rate_per_s=args.rate) if args.rate else w), None, slo
     shape = store.load_shape(_shape_name(store, args.shape))
@@ -349,7 +373,11 @@ def _bench(args: argparse.Namespace) -> int:
         for line in comparison_table(results):
             print(line)
         return 0
-    workload, shape, slo = _workload(args, store)
+    workload, shape, slo = _workload(args, store, builtin_when_none=True, settings=settings,
+                                     verb="benchmarking")
+    if args.tool == "vllm" and workload.guided_choices:
+        raise UserError("vllm bench serve cannot send the guided protocol's regex and n choices",
+                        hint="use the app's load generator (leave --tool out) or --guided no")
     if args.start and args.endpoint:
         raise UserError("give --start (a managed engine) or --endpoint, not both")
     if not args.start and not args.endpoint:
@@ -464,7 +492,7 @@ async def _tune_side_by_side(args, store, settings, engine, model, baseline, tra
 def _tune(args: argparse.Namespace) -> int:
     settings = _settings()
     store = _store(settings)
-    workload, shape, slo = _workload(args, store, builtin_when_none=True)
+    workload, shape, slo = _workload(args, store, builtin_when_none=True, settings=settings)
     if args.repeats < 3:
         raise UserError("--repeats must be at least 3 (the noise must be known)")
 

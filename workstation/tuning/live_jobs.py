@@ -1,6 +1,7 @@
 """The tuning jobs the window runs: capture a traffic shape (agent sessions of the demo
 manifest on the live engine, recorded), bench the live engine (the newest captured shape's
-workload, else the built-in agent-like one) and tune (trial engines, one change at a time). Qt-free; each job is one coroutine that the
+workload, else the built-in agent-like one — as the guided protocol sends it where the app's
+agents are guided for the model) and tune (trial engines, one change at a time). Qt-free; each job is one coroutine that the
 caller may cancel at any point (the capture's fleet closes, the load generator's requests
 end), says what it does through ``say``, stores what it made and returns one line for it."""
 
@@ -23,7 +24,8 @@ from workstation.engine.environment import EngineInstall
 from workstation.tuning.autotune import MIN_REPEATS, Autotuner
 from workstation.tuning.bench import context_for, run_workload
 from workstation.tuning.fleet_capture import FleetMaker, capture_fleet_shape
-from workstation.tuning.loadgen import agent_like_workload, workload_from_shape
+from workstation.tuning.loadgen import agent_like_workload, guided_agent_choices, workload_from_shape, workload_model
+from workstation.tuning.results import Workload
 from workstation.tuning.store import TuningStore
 from workstation.tuning.tune_plan import plan_tune
 
@@ -65,6 +67,17 @@ class LiveJobs:
         names = self.store.shapes()
         return self.store.load_shape(names[-1]) if names else None
 
+    async def _builtin(self, served_name: str | None, *, duration_s: float, warmup_s: float,
+                       concurrency: int | None = None) -> Workload:
+        """The built-in agent-like workload as the app's agents send it to this model: the
+        guided protocol's requests where they are guided for it (no settings: the plain one)."""
+        choices = 0
+        if self.settings is not None:
+            spec = await asyncio.to_thread(workload_model, self.settings, served_name)
+            choices = await asyncio.to_thread(guided_agent_choices, self.settings, spec)
+        return agent_like_workload(concurrency=concurrency, duration_s=duration_s, warmup_s=warmup_s,
+                                   guided_choices=choices)
+
     async def tune(self, say: Say) -> str:
         """Autotune a trial engine (beside the live one: it needs free GPU memory) for the newest
         shape's workload, else the built-in one, within ``tune_s``; saves the run."""
@@ -72,7 +85,7 @@ class LiveJobs:
             raise UserError("tuning needs the app's settings and service factory")
         shape = self._newest_shape()
         workload = (workload_from_shape(shape, duration_s=30.0, warmup_s=5.0) if shape is not None
-                    else agent_like_workload(duration_s=30.0, warmup_s=5.0))
+                    else await self._builtin(None, duration_s=30.0, warmup_s=5.0))
         say("planning: the installed engine, its flags and the changes worth trying…")
         plan = await plan_tune(self.settings, self.store, workload)
         say(plan.describe(workload, self.tune_s, MIN_REPEATS))
@@ -94,16 +107,21 @@ class LiveJobs:
     async def bench(self, say: Say) -> str:
         """Load the live engine for ``bench_s``; stores the result."""
         shape = self._newest_shape()
+        endpoint = self.endpoint()
         if shape is not None:
             workload = workload_from_shape(shape, concurrency=self.bench_concurrency, duration_s=self.bench_s,
                                            warmup_s=min(5.0, self.bench_s / 5))
         else:
-            workload = agent_like_workload(concurrency=self.bench_concurrency, duration_s=self.bench_s,
-                                           warmup_s=min(5.0, self.bench_s / 5))
-        endpoint = self.endpoint()
+            workload = await self._builtin(endpoint.model, concurrency=self.bench_concurrency,
+                                           duration_s=self.bench_s, warmup_s=min(5.0, self.bench_s / 5))
         say(f"benchmark of {endpoint.base_url}: {workload.describe()}"
-            + (f" (shape {shape.name})" if shape is not None else " (no shape captured: the built-in agent-like one)"))
+            + (f" (shape {shape.name})" if shape is not None else
+               f" (no shape captured: the built-in agent-like one{_guided_words(workload)})"))
         engine = await asyncio.to_thread(self.engine)
         result = await run_workload(self.http, endpoint, workload, context_for(None, engine, None),
                                     shape=shape, store=self.store, timeout_s=self.bench_s + 120)
         return f"{result.headline()} — stored as {result.result_id}"
+
+
+def _guided_words(workload: Workload) -> str:
+    return ", as the guided protocol sends it" if workload.guided_choices else ""

@@ -30,17 +30,25 @@ from typing import Any, Protocol
 import httpx
 import orjson
 
+from workstation.config import Settings
 from workstation.core.endpoints import Endpoint
 from workstation.core.traffic import TrafficShape
+from workstation.core.errors import UserError
+from workstation.engine.models import ModelSpec, resolve_model
 from workstation.telemetry.vllm_metrics import MetricsReading, parse_metrics
+from workstation.tuning.checks import agents_constrain_output
 from workstation.tuning.results import BenchResult, LatencyStats, Slo, Workload
 from workstation.tuning.workload import (
+    GUIDED_DRAFT_TOKENS,
+    GUIDED_PREFIX_TOKENS,
+    GUIDED_VIEW_TOKENS,
     SAMPLE_TEXT,
     PlannedRequest,
     ReplayStream,
     SyntheticStream,
     TokenSource,
     code_text,
+    guided_streams,
     replay_streams,
 )
 
@@ -163,6 +171,8 @@ class LoadGenerator:
         max_context: int | None = None,
         request_timeout_s: float = 300.0,
     ) -> None:
+        if workload.guided_choices < 0 or (workload.guided_choices and workload.kind != "synthetic"):
+            raise ValueError("guided_choices is the built-in synthetic workload's (a replay sends what was captured)")
         if workload.kind == "replay" and shape is None:
             raise ValueError("a replay needs the captured traffic shape")
         if workload.kind == "synthetic" and (not workload.input_len or not workload.output_len):
@@ -194,6 +204,11 @@ class LoadGenerator:
             assert self.shape is not None
             return list(replay_streams(self.shape, TokenSource(pool, w.seed, text=text), w.concurrency,
                                        max_context=self.max_context, constrain=w.constrained))
+        if w.guided_choices:
+            return list(guided_streams(TokenSource(pool, w.seed, text=text), w.concurrency,
+                                       prefix_tokens=w.shared_prefix_len, view_tokens=w.input_len or 1,
+                                       draft_tokens=w.output_len or 1, choices=w.guided_choices,
+                                       max_context=self.max_context))
         shared = TokenSource(pool, w.seed, text=text).fresh(w.shared_prefix_len)
         return [SyntheticStream(TokenSource(pool, w.seed * 7919 + i + 1, text=text), w.input_len or 1,
                                 w.output_len or 1, prefix=shared) for i in range(w.concurrency)]
@@ -422,11 +437,51 @@ machine and measured 0 tok/s. ``--concurrency`` sets more where the engine is a 
 
 
 def agent_like_workload(*, concurrency: int | None = None, duration_s: float = 30.0, warmup_s: float = 5.0,
-                        max_requests: int | None = None, seed: int = 0, content: str = "code") -> Workload:
+                        max_requests: int | None = None, seed: int = 0, content: str = "code",
+                        guided_choices: int = 0) -> Workload:
     """What to tune for before any traffic was captured: coding agents' turns — a long prefix
-    every request shares, a few hundred tokens of its own, a short answer."""
+    every request shares, a few hundred tokens of its own, a short answer. ``guided_choices``
+    (:func:`guided_agent_choices`): where the agents use the guided protocol, what it sends
+    instead (:func:`~workstation.tuning.workload.guided_session`: a short guided system prompt,
+    every request held to a regex, drafts drawn ``guided_choices`` at a time)."""
+    lengths = (dict(input_len=GUIDED_VIEW_TOKENS, output_len=GUIDED_DRAFT_TOKENS,
+                    shared_prefix_len=GUIDED_PREFIX_TOKENS) if guided_choices > 0 else
+               dict(input_len=AGENT_TURN_TOKENS, output_len=AGENT_OUTPUT_TOKENS,
+                    shared_prefix_len=AGENT_PREFIX_TOKENS))
     return Workload(
-        kind="synthetic", concurrency=concurrency or AGENT_STREAMS, input_len=AGENT_TURN_TOKENS,
-        output_len=AGENT_OUTPUT_TOKENS, shared_prefix_len=AGENT_PREFIX_TOKENS, duration_s=duration_s,
-        warmup_s=warmup_s, max_requests=max_requests, seed=seed, content=content,
+        kind="synthetic", concurrency=concurrency or AGENT_STREAMS, duration_s=duration_s, warmup_s=warmup_s,
+        max_requests=max_requests, seed=seed, content=content, guided_choices=max(0, guided_choices), **lengths,
     )
+
+
+def guided_draft_choices() -> int:
+    """How many drafts at once (``n``) the guided protocol draws (the agents' configuration)."""
+    from workstation.agent.config import AgentConfig
+
+    return max(1, AgentConfig().guided_drafts)
+
+
+def guided_agent_choices(settings: Settings, model: ModelSpec) -> int:
+    """:func:`guided_draft_choices` where the app's agents use the guided protocol for
+    ``model`` (:func:`~workstation.tuning.checks.agents_constrain_output`), else 0 (unknown
+    counts as not guided: the plain built-in workload). Reads the model's files: call off the
+    event loop."""
+    return guided_draft_choices() if agents_constrain_output(settings, model) else 0
+
+
+def workload_model(settings: Settings, name: str | None = None) -> ModelSpec:
+    """The model the built-in workload is chosen for: ``name`` (a model setting, or the name an
+    engine serves it by; None: the settings' model) resolved where it can be — the settings'
+    own model where an engine serves it under its directory's name — else known by its name
+    only (a model not prepared here, an external engine's)."""
+    try:
+        spec = resolve_model(settings, name)
+    except UserError:
+        return ModelSpec(served_name=name or settings.engine.model, source=name or settings.engine.model,
+                         local_dir=None)
+    if name is not None and spec.local_dir is None:
+        with contextlib.suppress(UserError):
+            own = resolve_model(settings)
+            if own.served_name == name:
+                return own
+    return spec

@@ -86,7 +86,14 @@ class Workload:
     code); see :mod:`workstation.tuning.workload`."""
     constrained: bool = True
     """Replay: send a structured-outputs constraint on the requests that carried one when
-    captured (a guided agent's are all held to a regex). Synthetic workloads send none."""
+    captured (a guided agent's are all held to a regex). Synthetic workloads send none,
+    unless ``guided_choices`` says so."""
+    guided_choices: int = 0
+    """Synthetic: 0 (the default, and what results stored before it load with) sends plain
+    requests of the lengths above. 1 or more sends what the guided protocol sends instead
+    (:func:`~workstation.tuning.workload.guided_session`): every request held to a regex, a
+    function's drafts drawn ``guided_choices`` at a time (``n``); ``input_len`` is then a
+    session's own view (task and file read), ``output_len`` each draft's length."""
 
     def describe(self) -> str:
         rate = "closed loop" if self.request_rate_per_s is None else f"{self.request_rate_per_s:g} req/s"
@@ -97,6 +104,10 @@ class Workload:
         if self.kind == "replay":
             return f"replay of '{self.shape}' x {self.concurrency} streams, {rate}, {self.duration_s:.0f} s"
         prefix = f" (+{self.shared_prefix_len} shared)" if self.shared_prefix_len else ""
+        if self.guided_choices:
+            return (f"guided agent turns of {self.input_len}{prefix} tokens, {self.output_len} per draft x "
+                    f"{self.concurrency} streams, {rate}, {self.duration_s:.0f} s, guided: regex, "
+                    f"n={self.guided_choices} draws")
         return (f"{self.input_len}{prefix}/{self.output_len} x {self.concurrency} streams, {rate}, "
                 f"{self.duration_s:.0f} s")
 

@@ -27,6 +27,10 @@ only where the workload says so.
   keeps one draft. A captured request that carried a structured-outputs constraint is sent
   with one (:func:`replay_regex`, unless the workload turns it off): the engine's grammar
   work at every step is part of what agents cost it.
+- **Guided** (the built-in agent-like workload where the app's agents use the guided
+  protocol, ``Workload.guided_choices``): the same replay machinery plays a built-in trace,
+  :func:`guided_session` — a choice, a function's greedy and ``n`` sampled drafts, ``n``
+  more after a failed test run, each held to a regex.
 
 Contents (``Workload.content``): ``random`` draws each token at random from the pool;
 ``code`` takes every fresh run of tokens as one contiguous window of real source code (the
@@ -294,9 +298,81 @@ def replay_streams(shape: TrafficShape, tokens: TokenSource, concurrency: int, *
                    max_context: int | None = None, constrain: bool = True) -> list[ReplayStream]:
     """``constrain``: send a structured-outputs constraint where the captured request had one."""
     kept = [(at, reqs) for at, (_, reqs) in enumerate(shape.trace) if reqs]
-    common = tokens.fresh(shape.common_prefix_tokens)
+    return _streams_of([reqs for _, reqs in kept], [at for at, _ in kept], tokens, concurrency,
+                       common_prefix_tokens=shape.common_prefix_tokens, max_context=max_context,
+                       constrain=constrain)
+
+
+def _streams_of(sessions: Sequence[Sequence[TraceRequest]], positions: Sequence[int], tokens: TokenSource,
+                concurrency: int, *, common_prefix_tokens: int, max_context: int | None,
+                constrain: bool) -> list[ReplayStream]:
+    common = tokens.fresh(common_prefix_tokens)
     played = Played()
-    cursor = SessionCursor(len(kept), concurrency)
-    return [ReplayStream(tokens, [reqs for _, reqs in kept], start=i, step=concurrency, common_prefix=common,
+    cursor = SessionCursor(len(sessions), concurrency)
+    return [ReplayStream(tokens, sessions, start=i, step=concurrency, common_prefix=common,
                          max_context=max_context, constrain=constrain, played=played,
-                         positions=[at for at, _ in kept], cursor=cursor) for i in range(concurrency)]
+                         positions=positions, cursor=cursor) for i in range(concurrency)]
+
+
+# ----- the built-in workload as the guided protocol sends it -----
+# Sizes in SmolLM2 tokens, from the protocol's texts (workstation/agent/guided/) and a fleet
+# capture of 4 guided sessions on the demo's tasks against the CPU engine (2026-12-02).
+GUIDED_PREFIX_TOKENS = 300
+"""The guided system prompt every session shares (captured: 298)."""
+GUIDED_VIEW_TOKENS = 500
+"""A session's own view after the prefix: the task and the file it read (captured draws'
+prompts: 945-1,107 with the prefix and the request for code)."""
+GUIDED_HINT_TOKENS = 24
+"""The step hint a choice ends with (``[Next: rewrite the function …]``: 22)."""
+GUIDED_CALL_TOKENS = 40
+"""A chosen call, held to the choice's regex: 35 (``read_file``) to 47 (``replace_in_file``)."""
+GUIDED_CHOICE_REGEX_CHARS = 300
+"""``actions.choice_regex``: 145 for a choice of three files to read, 463 for read, edit one of
+five functions, or run the tests."""
+GUIDED_ASK_TOKENS = 200
+"""After the view, a draw's prompt: the call chosen and the request for code (the task again,
+the function as it is now)."""
+GUIDED_DRAFT_TOKENS = 64
+"""One draft of a function (captured, per sequence: 46-85 on average per request)."""
+GUIDED_CODE_REGEX_CHARS = 77
+"""``drafts.code_regex`` of a method (captured: 68-77)."""
+GUIDED_FAILURE_TOKENS = 160
+"""The failed test run a redraw's prompt adds (in the view, and its summary in the request)."""
+GUIDED_TASK_TOKENS = 100
+"""What a redraw shares with the draw before it beyond the prefix: the task (the view keeps
+only the last two steps, so the read that came after the task has moved on)."""
+
+
+def guided_session(view_tokens: int, draft_tokens: int, choices: int, *,
+                   prefix_tokens: int = GUIDED_PREFIX_TOKENS) -> tuple[TraceRequest, ...]:
+    """One guided edit, as ``turn.GuidedTurn`` sends it, as a trace to replay: the model
+    chooses the call (``_choose``: one sequence, greedy), then a function's first draws
+    (``_draw``: a greedy draft and ``choices`` sampled ones on the same prompt), and after the
+    tests failed, ``choices`` new ones. Every request is held to a regex of the protocol's
+    size (:func:`replay_regex` keeps the lengths). Steps with one possible call (the read of
+    the file the task names, running the tests, finishing) send nothing, so the demo's tasks,
+    which name file and function, send no choice at all; a task that does not name them does:
+    one choice per edit here."""
+    view = prefix_tokens + max(1, view_tokens)
+    draw = view + GUIDED_ASK_TOKENS
+    redraw = draw + 2 * GUIDED_FAILURE_TOKENS
+    n = max(1, choices)
+    return (
+        TraceRequest(0.0, view + GUIDED_HINT_TOKENS, GUIDED_CALL_TOKENS, constraint="regex",
+                     constraint_chars=GUIDED_CHOICE_REGEX_CHARS),
+        TraceRequest(0.0, draw, draft_tokens, shared_tokens=view, constraint="regex",
+                     constraint_chars=GUIDED_CODE_REGEX_CHARS),
+        TraceRequest(0.0, draw, draft_tokens * n, choices=n, shared_tokens=draw, constraint="regex",
+                     constraint_chars=GUIDED_CODE_REGEX_CHARS),
+        TraceRequest(0.0, redraw, draft_tokens * n, choices=n, shared_tokens=prefix_tokens + GUIDED_TASK_TOKENS,
+                     constraint="regex", constraint_chars=GUIDED_CODE_REGEX_CHARS),
+    )
+
+
+def guided_streams(tokens: TokenSource, concurrency: int, *, prefix_tokens: int, view_tokens: int,
+                   draft_tokens: int, choices: int, max_context: int | None = None) -> list[ReplayStream]:
+    """Streams that play :func:`guided_session` over and over (each play a new session: a
+    fresh view after the shared prefix), through the replay's machinery."""
+    session = guided_session(view_tokens, draft_tokens, choices, prefix_tokens=prefix_tokens)
+    return _streams_of([session], [0], tokens, concurrency, common_prefix_tokens=prefix_tokens,
+                       max_context=max_context, constrain=True)
