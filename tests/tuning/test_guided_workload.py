@@ -69,6 +69,9 @@ async def test_guided_builtin_requests_carry_a_regex_and_the_planned_n_and_the_p
                                                       {i: 64 for i in range(6)}]
     assert result.output_tokens == GUIDED_CALL_TOKENS + 64 + 2 * 6 * 64 and result.completed == 4
     assert result.ended_early == 0 and result.failed == 0
+    # ITL is between one choice's chunks: the six choices' chunks of one step arrive together,
+    # and their gaps (~0) would otherwise make most of them (the fake sends a step per ms)
+    assert result.itl.p50_ms is not None and result.itl.p50_ms >= 0.9
     assert plain_engine.choices_asked == [1, 1, 1, 1] and plain_engine.constraints_asked == [None] * 4
     assert plain_engine.max_tokens_asked == [48] * 4 and plain_result.output_tokens == 4 * 48
 

@@ -11,8 +11,8 @@ the end are cancelled (the server aborts them) and reported as ``cut``.
 Token counts are exact: vLLM's ``continuous_usage_stats`` puts the running usage in every
 chunk — with ``n`` > 1, that chunk's choice's own running count (the chunks of the choices
 interleave; the last usage, without choices, sums them), so each choice is counted on its own
-and every generated token once. TTFT, TPOT (per request, first token excluded), ITL (between chunks, what a
-reader sees) and end-to-end latency are vLLM bench's definitions; goodput counts requests
+and every generated token once. TTFT, TPOT (per request, first token excluded), ITL (between chunks of one
+choice, what a reader of it sees) and end-to-end latency are vLLM bench's definitions; goodput counts requests
 that met the SLO, per second of window.
 """
 
@@ -80,8 +80,8 @@ class RequestTiming:
     first_s: float | None = None
     last_s: float | None = None
     output_tokens: int = 0
-    chunks: list[tuple[float, int]] = field(default_factory=list)
-    """(arrival time, tokens in the chunk)."""
+    chunks: list[tuple[float, int, int]] = field(default_factory=list)
+    """(arrival time, tokens in the chunk, its choice's index)."""
     output_ids: list[int] = field(default_factory=list)
     """The first sequence's generated ids (of a request for several)."""
     choices: int = 1
@@ -270,7 +270,7 @@ class LoadGenerator:
                         timing.first_s = now
                     timing.last_s = now
                     timing.output_tokens += n
-                    timing.chunks.append((now, n))
+                    timing.chunks.append((now, n, index))
             timing.done = True
         except (httpx.HTTPError, orjson.JSONDecodeError) as exc:
             timing.error = f"{type(exc).__name__}: {exc}"
@@ -353,7 +353,7 @@ class LoadGenerator:
 
     def _result(self, start: float, end: float, metrics_at: dict[str, MetricsReading | None]) -> BenchResult:
         span = end - start
-        out_tokens = sum(n for t in self.timings for (ts, n) in t.chunks if start <= ts <= end)
+        out_tokens = sum(n for t in self.timings for (ts, n, _) in t.chunks if start <= ts <= end)
         prompt_tokens = sum(t.prompt_tokens for t in self.timings
                             if t.first_s is not None and start <= t.first_s <= end)
         completed = [t for t in self.timings if t.done and not t.error and t.last_s is not None
@@ -375,11 +375,11 @@ class LoadGenerator:
             if self.slo.met(t.first_s - t.sent_s, tpot):
                 good += 1
         for t in self.timings:
-            prev = None
-            for ts, _n in t.chunks:
-                if prev is not None and start <= ts <= end:
-                    itls.append(ts - prev)
-                prev = ts
+            prev: dict[int, float] = {}  # per choice: a request for n sequences interleaves n streams
+            for ts, _n, index in t.chunks:
+                if index in prev and start <= ts <= end:
+                    itls.append(ts - prev[index])
+                prev[index] = ts
         a, b = metrics_at.get("start"), metrics_at.get("end")
         queries = counter_delta(a, b, "prefix_cache_queries")
         hits = counter_delta(a, b, "prefix_cache_hits")
