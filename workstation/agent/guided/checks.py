@@ -3,11 +3,14 @@
 Each draft of a turn (up to 19 with redraws) is applied to the file and checked: it must
 parse, use no name the file as read does not leave undefined (pyflakes), not copy a
 neighbour's body (a new function), not be the code as read or a draft tried before, not be
-cut off; then the usable ones are ranked. On a 500-line file that is some 10 ms of CPU a
+cut off; then the usable ones are ranked. On a 500-line file that was some 10 ms of CPU a
 draft (``benchmarks/guided_draft_checks.py``): on the app's one loop, the GUI thread and
-every session stood still for 120-210 ms a turn. So a turn hands each batch of work (the
-targets of the files read, the edit's site, one draw's drafts, the queue an earlier turn
-left) to :func:`off_loop` in one call, and the functions here are pure: they take texts and
+every session stood still for 120-210 ms a turn, and on a machine without a GPU it is CPU
+its engine needs: the checks run cheapest first (a draft cut off is not parsed), and a draft
+of one function is looked up alone against the module's names (:mod:`.names`), not by
+pyflakes over the whole file. A turn hands each batch of work (the targets of the files
+read, the edit's site, one draw's drafts, the queue an earlier turn left) to
+:func:`off_loop` in one call, and the functions here are pure: they take texts and
 immutable data and return new :class:`Draft` objects in the order of the texts; the
 session's :class:`GuidedMemory` stays on the loop, which passes what it holds as snapshots.
 
@@ -25,6 +28,7 @@ keeps its work under ``if __name__ == "__main__":`` (``python -m`` modules are n
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import functools
 import multiprocessing
@@ -33,11 +37,12 @@ import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from workstation.agent.guided import actions
 from workstation.agent.guided.drafts import Draft, extract_code, layout_key, rank, same_code
+from workstation.agent.guided.names import draft_undefined_names
 from workstation.agent.guided.state import GuidedState
 from workstation.agent.guided.symbols import (
     WHOLE_FILE, Symbol, append_function, find_symbol, header_line, new_function_signature, new_undefined_names,
@@ -195,6 +200,8 @@ class _Checker:
         self.before_ident = self.ident_of(site.before) if site.before else None
         self.tried: dict[str, str] = {t: self.ident(t) for t in tried}
         """Drafts tried before (text → ident)."""
+        self.seen: dict[str, Draft] = {}
+        """The drafts of this batch checked so far (text → draft)."""
 
     def ident_of(self, code: str) -> str:
         return (program_key(code) if self.site.python else None) or layout_key(code)
@@ -203,28 +210,47 @@ class _Checker:
         return self.ident_of(extract_code(text))
 
     def draft(self, text: str) -> Draft:
+        """The draft checked, cheapest check first: a draft cut off is that whatever else
+        it is, so it is neither parsed in the file nor looked up (the reasons are what they
+        were when every check ran: the first that applies, in the order below)."""
+        if not self.queued and (seen := self.seen.get(text)) is not None:
+            return replace(seen)  # drawn twice in one batch: the same checks, the same answer
         site = self.site
         code = extract_code(text)
         new_text = site.apply(code)
-        problem = tree = None
-        if same_code(new_text, site.current):
-            problem = "changes nothing"
-        elif site.python:
-            tree, problem = parsed(new_text)
-        if tree is not None and problem is None and (unknown := new_undefined_names(site.current or site.original,
-                                                                                    tree)):
-            problem = f"uses names nothing defines: {', '.join(unknown[:5])}"  # garbage, or an import it cannot add
-        if site.signature is not None and problem is None and site.current and (
-                twin := twin_function(code, site.current)):
-            problem = f"does what {twin} does"  # a new function copied from its neighbour
         mine = self.ident_of(code)
-        if self.before_ident is not None and mine == self.before_ident:
-            problem = problem or "the code as read"  # what the task says is wrong (but for docstrings)
+        problem = tree = None
         if not text.rstrip().endswith("```") or text.count("\n") < 2:
             problem = "cut off"  # the token limit ended it before its closing fence
+        else:
+            if same_code(new_text, site.current):
+                problem = "changes nothing"
+            elif site.python:
+                tree, problem = parsed(new_text)
+            if tree is not None and problem is None and (unknown := self.unknown_names(code, tree)):
+                problem = f"uses names nothing defines: {', '.join(unknown[:5])}"  # garbage, or an import it cannot add
+            if site.signature is not None and problem is None and site.current and (
+                    twin := twin_function(code, site.current)):
+                problem = f"does what {twin} does"  # a new function copied from its neighbour
+            if self.before_ident is not None and mine == self.before_ident:
+                problem = problem or "the code as read"  # what the task says is wrong (but for docstrings)
         if any(ident == mine for other, ident in self.tried.items() if not (self.queued and other == text)):
             problem = problem or "tried before"  # that draft, or one that does the same
-        return Draft(text, new_text, problem, ident=mine)
+        draft = Draft(text, new_text, problem, ident=mine)
+        if not self.queued:
+            self.seen[text] = replace(draft)
+        return draft
+
+    def unknown_names(self, code: str, tree: ast.Module) -> list[str]:
+        """The names the draft ``code`` (``tree``: the file with it applied) uses that nothing
+        defines and the file did not leave undefined before: its function checked alone
+        against the module's bindings where that answers (:mod:`.names`), else the whole file."""
+        site = self.site
+        if site.current is not None and (site.signature is not None or site.sym_now is not None):
+            found = draft_undefined_names(site.current, code, None if site.signature is not None else site.sym_now)
+            if found is not None:
+                return found
+        return new_undefined_names(site.current or site.original, tree)
 
 
 @dataclass(frozen=True, slots=True)

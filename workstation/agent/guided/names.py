@@ -1,0 +1,181 @@
+"""The undefined names a draft of one function adds, found by checking that function alone.
+
+The whole-file rule (:func:`~workstation.agent.guided.symbols.new_undefined_names`) runs
+pyflakes on the file with the draft applied and subtracts what the file as read leaves
+undefined: ~10 ms a draft on a 500-line file, 19 drafts a turn, on the cores a CPU engine
+needs. A draft changes one function, and pyflakes checks a function's body after the whole
+module (every module-level binding is then known; a class's names are not seen from its
+methods), so the names that body leaves undefined depend on the module's final bindings
+alone. :func:`draft_undefined_names` runs pyflakes on a small module instead: the module's
+final bindings (from one pyflakes run of the file as read, cached) bound to ``None``, then
+the draft's function (in a class of its own for a method). Same answer, a fraction of the
+work; it answers None (the caller then uses the whole-file rule) wherever that reasoning
+does not hold:
+
+- ``global`` / ``nonlocal`` anywhere in the file or the draft (they add module bindings
+  while functions are checked, and remove reports already made), or a star import (pyflakes
+  then reports star usage, not undefined names), or ``PYFLAKES_DOCTEST``;
+- a rewrite whose signature (arguments, defaults, annotations, return annotation) differs
+  from the one in the file, or that brings decorators of its own (those are evaluated where
+  the function stands, with the names bound up to there or the class's), or that is not one
+  function of the same name and kind; a rewrite of a class or an assignment;
+- a draft that does not parse alone, or whose lines would not move as one block when indented
+  into the file (tabs, form feeds, other line breaks than ``\\n``), a file indented with tabs.
+
+``tests/agent/guided/test_names.py`` holds the whole-file rule and this one to the same
+answers over a corpus of drafts, these cases included.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import os
+import re
+from dataclasses import dataclass
+
+from pyflakes import checker as pyflakes_checker
+from pyflakes import messages as pyflakes_messages
+
+from workstation.agent.guided.symbols import Symbol, parse_quietly
+
+_TABBED = re.compile(r"^[ ]*[\t\f]", re.M)
+
+
+@dataclass(frozen=True, slots=True)
+class _Signature:
+    kind: type
+    args: str
+    returns: str
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleNames:
+    """What pyflakes makes of a whole file, for checking one function against it."""
+
+    undefined: frozenset[str]
+    """The names the file leaves undefined (as :func:`~.symbols.undefined_names`)."""
+    bound: tuple[str, ...]
+    """The module's bindings at the end (imports, functions, classes, assignments…), builtins left out."""
+    annotated: tuple[str, ...]
+    """Names only annotated at module level (``x: int``): pyflakes counts them as no definition."""
+    futures: tuple[str, ...]
+    """The ``from __future__`` names (``annotations`` changes how annotations are checked)."""
+    signatures: dict[tuple[str, int], _Signature]
+    """(symbol name, header line) → each function's and method's signature."""
+    whole_file_only: bool
+    """``global``/``nonlocal``, a star import or tab indentation: only the whole-file rule answers."""
+
+
+def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _Signature:
+    return _Signature(type(node), ast.dump(node.args), ast.dump(node.returns) if node.returns else "")
+
+
+@functools.lru_cache(maxsize=64)
+def module_names(text: str) -> ModuleNames | None:
+    """The file's pyflakes analysis (one run, cached per text: every draft of a turn is
+    checked against the same file); None when it does not parse."""
+    try:
+        tree = parse_quietly(text)
+    except (SyntaxError, ValueError):
+        return None
+    only = bool(_TABBED.search(text)) or any(
+        isinstance(node, (ast.Global, ast.Nonlocal))
+        or (isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names))
+        for node in ast.walk(tree))
+    signatures: dict[tuple[str, int], _Signature] = {}
+    futures: list[str] = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            signatures[(node.name, node.lineno)] = _signature(node)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    signatures[(f"{node.name}.{item.name}", item.lineno)] = _signature(item)
+        elif isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            futures += [a.name for a in node.names]
+    checker = pyflakes_checker.Checker(tree, filename="draft.py")
+    undefined = frozenset(str(m.message_args[0]) for m in checker.messages
+                          if isinstance(m, pyflakes_messages.UndefinedName))
+    module = next(s for s in checker.deadScopes if type(s) is pyflakes_checker.ModuleScope)
+    bound: list[str] = []
+    annotated: list[str] = []
+    for name, binding in module.items():
+        if isinstance(binding, pyflakes_checker.Builtin) or not name.isidentifier():
+            continue  # the small module's checker has the builtins; a dotted key is never looked up
+        (annotated if isinstance(binding, pyflakes_checker.Annotation) else bound).append(name)
+    return ModuleNames(undefined, tuple(bound), tuple(annotated), tuple(futures), signatures, only)
+
+
+def _lines_move_as_one(code: str) -> bool:
+    """Indenting ``code`` into the file shifts every line alike (spaces added after each ``\\n``)."""
+    return "\t" not in code and len(code.splitlines()) == code.count("\n") + (not code.endswith("\n"))
+
+
+def _strip_signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+    """Keep the parameters' names, drop what is evaluated where the function is defined
+    (checked the same in the file before and after: the signature is the file's own)."""
+    node.decorator_list = []
+    node.returns = None
+    args = node.args
+    for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
+        if arg is not None:
+            arg.annotation = None
+    args.defaults = [ast.Constant(None) for _ in args.defaults]
+    args.kw_defaults = [None if d is None else ast.Constant(None) for d in args.kw_defaults]
+
+
+def draft_undefined_names(current: str, code: str, symbol: Symbol | None) -> list[str] | None:
+    """What :func:`~.symbols.new_undefined_names` answers for ``current`` with the function
+    ``code`` applied (in place of ``symbol``, a ``def`` of ``current``; appended at the end
+    of the file when ``symbol`` is None), sorted; None where only the whole-file rule can
+    answer (see the module's docstring). ``current`` must parse, and so must the file with
+    ``code`` applied (the caller has parsed it)."""
+    if symbol is not None and symbol.kind != "def":
+        return None
+    context = module_names(current)
+    if context is None or context.whole_file_only or "PYFLAKES_DOCTEST" in os.environ or not _lines_move_as_one(code):
+        return None
+    found = _draft_names(current, code, symbol)
+    return None if found is None else list(found)
+
+
+@functools.lru_cache(maxsize=256)
+def _draft_names(current: str, code: str, symbol: Symbol | None) -> tuple[str, ...] | None:
+    """Cached by the function's text and the file's (a small model's drafts of one function
+    often repeat one another, across draws and sessions of the same file)."""
+    context = module_names(current)
+    assert context is not None
+    try:
+        body = parse_quietly(code).body
+    except (SyntaxError, ValueError):
+        return None
+    if len(body) != 1 or not isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    draft = body[0]
+    if any(isinstance(node, (ast.Global, ast.Nonlocal)) or (isinstance(node, ast.ImportFrom)
+                                                           and any(a.name == "*" for a in node.names))
+           for node in ast.walk(draft)):
+        return None
+    stub: list[ast.stmt] = []
+    if context.futures:
+        stub.append(ast.ImportFrom("__future__", [ast.alias(name) for name in context.futures], 0))
+    stub += [ast.AnnAssign(ast.Name(name, ast.Store()), ast.Constant(None), None, 1) for name in context.annotated]
+    if context.bound:
+        stub.append(ast.Assign([ast.Name(name, ast.Store()) for name in context.bound], ast.Constant(None)))
+    if symbol is None:  # appended: its signature is evaluated after every module-level binding
+        stub.append(draft)
+    else:
+        old = context.signatures.get((symbol.name, symbol.start_line))
+        if old is None or draft.decorator_list or draft.name != symbol.name.rsplit(".", 1)[-1] \
+                or _signature(draft) != old:
+            return None
+        _strip_signature(draft)
+        stub.append(ast.ClassDef("_Class", [], [], [draft], []) if "." in symbol.name else draft)
+    module = ast.fix_missing_locations(ast.Module(body=stub, type_ignores=[]))
+    found = pyflakes_checker.Checker(module, filename="draft.py").messages
+    now = {str(m.message_args[0]) for m in found if isinstance(m, pyflakes_messages.UndefinedName)}
+    return tuple(sorted(now - context.undefined))
+
+
+__all__ = ["ModuleNames", "draft_undefined_names", "module_names"]
