@@ -107,6 +107,13 @@ def draft_temperature(base: float, failed: int) -> float:
     return round(min(MAX_DRAFT_TEMPERATURE, max(base, base + 0.05 * failed)), 2)
 
 
+def _shown(session_id: str, turn: int, text: str) -> ev.TextStreamed:
+    """Text the protocol shows that the engine did not generate now (a note, a blank line,
+    a draft drawn in an earlier turn): no tokens, so a pane that counts shown text (where
+    the chat clients report no generated tokens) does not count it."""
+    return ev.TextStreamed(session_id, turn, text, tokens=0)
+
+
 def _forced(choice: Choice) -> tuple[str, dict[str, str]] | None:
     """The call itself when the choice leaves exactly one."""
     if len(choice.options) != 1:
@@ -199,8 +206,8 @@ class GuidedTurn:
                                                    extra=extra):
             if delta.content:
                 parts.setdefault(delta.index, []).append(delta.content)
-                if show and delta.index == 0:
-                    self.emit(ev.TextStreamed(self.session_id, self.turn, delta.content))
+                if show and delta.index == 0:  # the engine's tokens, as the delta counts them
+                    self.emit(ev.TextStreamed(self.session_id, self.turn, delta.content, delta.events or 1))
             usage = delta.usage or usage
         self.spent.add(usage)
         return ["".join(p) for _, p in sorted(parts.items())]
@@ -236,7 +243,7 @@ class GuidedTurn:
                 assert taken == candidate.text, "the queue changed while its drafts were checked"
                 if candidate.problem is None:
                     chosen = candidate
-                    self.emit(ev.TextStreamed(self.session_id, self.turn, candidate.text))
+                    self.emit(_shown(self.session_id, self.turn, candidate.text))
         rest: list[Draft] = []
         if chosen is None:
             checked = await self._draw(request, regex, site, first=state.attempts(path, site.target) == 0,
@@ -245,8 +252,8 @@ class GuidedTurn:
             chosen = ranked[0] if ranked else drafts[0]
             rest = ranked[1:]
             if len(drafts) > 1:
-                self.emit(ev.TextStreamed(self.session_id, self.turn, f"\n[{len(drafts)} drafts, {len(ranked)} "
-                                                                       f"usable; trying the best first]"))
+                self.emit(_shown(self.session_id, self.turn, f"\n[{len(drafts)} drafts, {len(ranked)} usable; "
+                                                             f"trying the best first]"))
             log.info("guided %s turn %d: %d drafts of %s, %d usable", self.session_id, self.turn,
                      len(drafts), site.target, len(ranked))
         if self.memory is not None:
@@ -277,7 +284,7 @@ class GuidedTurn:
                 break
             temperature = draft_temperature(self.config.guided_retry_temperature, len(tried) + again * many)
             if again:
-                self.emit(ev.TextStreamed(self.session_id, self.turn, "\n"))
+                self.emit(_shown(self.session_id, self.turn, "\n"))
             asks = [self._stream(request, regex, max_tokens=limit, temperature=temperature,
                                  show=not (first and not again), n=many)]
             if first and not again:
