@@ -193,6 +193,18 @@ def test_a_test_command_that_may_not_run_is_not_asked_again(tmp_path: Path, refu
     # another command refused is not the tests: they are still due
     other = [*history[:4], _call("3", "execute_command", command="rm -rf build"), _result("3", refusal)]
     assert choose(read_state(other, ws.test_command), ws, {}).tools == ("execute_command",)
+    # a person's follow-up after the refusal and the finish: the tests are asked for again
+    # (a headless session, refused again, then finishes: one refusal per message)
+    from workstation.agent.prompts import user_feedback
+
+    finished = [*history, _call("4", "attempt_completion", result="done"), _result("4", "The result was shown.")]
+    assert read_state(finished, ws.test_command).completed
+    followed = [*finished, {"role": "user", "content": user_feedback("Run the tests again and fix what fails.")}]
+    again = read_state(followed, ws.test_command)
+    assert not again.tests_refused and not again.completed
+    assert choose(again, ws, {}).tools == ("execute_command",)
+    refused_again = [*followed, _call("5", "execute_command", command="python -m pytest -q"), _result("5", refusal)]
+    assert choose(read_state(refused_again, ws.test_command), ws, {}).tools == ("attempt_completion",)
 
 
 def test_a_function_the_task_adds_is_offered_as_a_new_function(tmp_path: Path) -> None:

@@ -107,8 +107,12 @@ def headless_refusal(reason: str) -> str:
     )
 
 
+FEEDBACK_OPEN = "<feedback>\n"
+"""How a user's reply or follow-up opens in the history (the guided protocol's state reads it)."""
+
+
 def user_feedback(text: str) -> str:
-    return f"<feedback>\n{text}\n</feedback>"
+    return f"{FEEDBACK_OPEN}{text}\n</feedback>"
 
 
 IMAGES_WITH_ANSWER = "[The user's answer came with these images.]"

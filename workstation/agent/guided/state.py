@@ -12,6 +12,7 @@ import orjson
 
 from workstation.agent.guided.workspace import is_test_command
 from workstation.agent.history import Message
+from workstation.agent.prompts import FEEDBACK_OPEN
 
 _FAILED_PREFIXES = ("[ERROR]", "[DENIED]", "[REFUSED]", "[SKIPPED]", "[INTERRUPTED]")
 _NOT_ALLOWED = ("[DENIED]", "[REFUSED]")
@@ -73,6 +74,13 @@ def _strip_read_header(text: str) -> str:
     return text
 
 
+def _is_feedback(content: object) -> bool:
+    """A user's message (a reply or follow-up, ``prompts.user_feedback``), in text or with images."""
+    if isinstance(content, list):
+        content = next((p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"), "")
+    return isinstance(content, str) and content.startswith(FEEDBACK_OPEN)
+
+
 def read_state(messages: list[Message], test_command: str | None) -> GuidedState:
     """Fold the history into a :class:`GuidedState`."""
     state = GuidedState()
@@ -83,6 +91,12 @@ def read_state(messages: list[Message], test_command: str | None) -> GuidedState
             for call in message.get("tool_calls") or ():
                 fn = call.get("function") or {}
                 calls[call.get("id", "")] = (fn.get("name", ""), _args(call), fn.get("arguments") or "{}")
+            continue
+        if role == "user" and _is_feedback(message.get("content")):
+            # a person spoke after a refusal or a finish: they may allow the tests now, or
+            # want more; asked again, a headless session is refused once more and stops there
+            state.tests_refused = ""
+            state.completed = False
             continue
         if role != "tool":
             continue
