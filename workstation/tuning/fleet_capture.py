@@ -90,8 +90,12 @@ async def capture_fleet_shape(
     try:
         ids: list[str] = []
         for p in planned:
+            # approved as the demo approves them (its commands run in the settings' sandbox): with
+            # commands refused, a guided session cannot run its tests, finishes "untested" at
+            # once and finishes again, without a model request, on every follow-up
             spec = SessionSpec(task=p.task.prompt, repo=str(repos[p.repository.name]), name=p.name,
-                               mode=p.task.mode.value, auto_approve=("read", "edit"), headless=True)
+                               mode=p.task.mode.value, headless=True,
+                               auto_approve=("all",) if p.task.auto_approve else ("read", "edit"))
             made = await fleet.create_session(spec)
             ids.append(made.session_id)
         recorder.attach_fleet(fleet)
