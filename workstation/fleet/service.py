@@ -6,7 +6,8 @@ generation gate; the :class:`~workstation.fleet.book.SessionBook` (records and e
 change), the :class:`~workstation.fleet.approval_desk.ApprovalDesk`, the
 :class:`~workstation.fleet.driver.DriverRegistry` with its
 :class:`~workstation.fleet.driver.SessionRunner`, the event sink and the token stats, and the
-:class:`~workstation.fleet.workspace_ops.WorkspaceOps` (review, checkpoints, orphans).
+:class:`~workstation.fleet.workspace_ops.WorkspaceOps` (review, checkpoints, orphans), and the
+:class:`~workstation.fleet.lifecycle.SessionLifecycle` (start, reply, pause, stop and their checks).
 Commands are coroutines that return what changed and emit events; views redraw from the events.
 """
 
@@ -33,7 +34,7 @@ from workstation.core.fleet_events import (
     SessionRemoved,
     SessionSummary,
 )
-from workstation.core.session_state import SessionState as S, check_transition
+from workstation.core.session_state import SessionState as S
 from workstation.fleet import review
 from workstation.core.admission_limit import AdmissionTarget
 from workstation.core.cost import ApiPrice
@@ -52,6 +53,7 @@ from workstation.fleet.costs import SessionCosts
 from workstation.fleet.failover import Failover
 from workstation.fleet.scheduling import SessionScheduling
 from workstation.fleet.gitproc import GitRunner
+from workstation.fleet.lifecycle import SessionLifecycle
 from workstation.fleet.merge_desk import MergeDesk
 from workstation.fleet.merge_queue import MergeReport
 from workstation.fleet.ports import PortBook
@@ -140,7 +142,7 @@ class Fleet:
         self.drivers = DriverRegistry()
         self.failover = Failover(
             book=self.book, store=self.store, router=self.router, gate=self.gate,
-            running_on=self.drivers.built_on, relaunch=lambda sid: self._launch(sid, None),
+            running_on=self.drivers.built_on, relaunch=lambda sid: self.lifecycle.launch(sid, None),
             watch=lambda name: self.watcher.watch(name, announce=False), emit=emit,
             closing=lambda: self._closing, restarted=self._endpoint_restarted)
         self.scheduling = SessionScheduling(book=self.book, admission=self.admission, costs=self.costs,
@@ -158,7 +160,7 @@ class Fleet:
         self.runner = SessionRunner(
             book=self.book, store=self.store, router=self.router, gate=self.gate, desk=self.desk,
             drivers=self.drivers, sink=self.sink, watcher=self.watcher, factory=agent_factory, http=http,
-            relaunch=lambda sid: self._launch(sid, None), closing=lambda: self._closing,
+            relaunch=lambda sid: self.lifecycle.launch(sid, None), closing=lambda: self._closing,
             settle=self._update_settled, failover=self.failover, costs=self.costs,
             command_env=lambda sid: self.bootstrap.command_env(sid, self.book.rec(sid).spec),
         )
@@ -167,6 +169,11 @@ class Fleet:
         self.controls = AgentControls(book=self.book, store=self.store, drivers=self.drivers,
                                       runner=self.runner, router=self.router, sink=self.sink)
         """Names and the archive (``fleet/shelf.py``)."""
+        self.lifecycle = SessionLifecycle(
+            book=self.book, store=self.store, drivers=self.drivers, runner=self.runner, desk=self.desk,
+            merges=self.merges, servers=self.servers, costs=self.costs, admission=self.admission,
+            require_open=self._require_open, settle=self._update_settled)
+        """Start, reply, pause, stop and their checks (``fleet/lifecycle.py``)."""
         self._creating = 0
         self._started = False
         self._closing = False
@@ -179,7 +186,7 @@ class Fleet:
         None when the factory's agents do not report their requests)."""
         return getattr(self._factory, "request_observers", None)
 
-    # ================= lifecycle =================
+    # ================= start-up and shut-down =================
     async def start(self) -> None:
         """Open the store, bring back every session, resume the ones that were working,
         and look for orphaned worktrees."""
@@ -193,7 +200,7 @@ class Fleet:
             if sid in moved:
                 continue
             if self._resume_on_start:
-                self._launch(sid, None)
+                self.lifecycle.launch(sid, None)
             else:
                 self.book.set_state(sid, S.PAUSED, "the app restarted; resume when ready", force=True)
         await self.scan_orphans()
@@ -365,89 +372,34 @@ class Fleet:
             out += await self.create_sessions(replace(spec, name=name), 1, start=start)
         return out
 
-    # ================= running =================
-    def _launch(self, session_id: str, message: str | None, images: tuple[str, ...] = ()) -> None:
-        rec = self.book.rec(session_id)
-        self.merges.working_again(session_id)
-        self.drivers.launch(session_id, rec.name,
-                            lambda drive: self.runner.run(session_id, drive, message, images))
-        self.book.set_state(session_id, S.QUEUED, "starting")
-        self._update_settled()
-
-    async def _end_driver(self, session_id: str) -> None:
-        """Cancel a session's driver (withdrawing its approvals) and wait until its agent has
-        wound down; what it queued is then on disk."""
-        self.desk.withdraw(session_id)
-        if await self.drivers.end(session_id):
-            await self.store.flush()
-
+    # ================= running (SessionLifecycle) =================
     async def start_session(self, session_id: str, *, message: str | None = None,
                             images: tuple[str, ...] = ()) -> None:
         """Start (or continue) a session: ready, paused, stopped, failed, done, needs input."""
-        self._require_open()
-        rec = self.book.rec(session_id)
-        if self.drivers.alive(session_id):
-            if message is not None:  # never dropped in silence: the user keeps the text and is told
-                if rec.state is S.NEEDS_INPUT or rec.state.is_finished:
-                    raise UserError(f"{rec.name} is still winding down; try again in a moment")
-                raise UserError(f"{rec.name} is working ({rec.state.value.replace('_', ' ')}): the message was "
-                                "not sent", hint="send it when the session asks for input, or pause it first")
-            return
-        if rec.state is S.PREPARING:
-            raise UserError(f"{rec.name} is still being prepared")
-        if not Path(rec.worktree_path).is_dir():
-            raise UserError(f"the worktree of {rec.name} is gone ({rec.worktree_path})",
-                            hint="remove the session and create it again")
-        if rec.state is S.ENGINE_WAIT:
-            if message is not None:
-                raise UserError(f"{rec.name} waits for its engine: the message was not sent",
-                                hint="send it when the engine is back")
-            return  # continues by itself when the engine is back
-        reached = self.costs.budget_reached(rec)
-        if reached is not None:
-            raise UserError(f"{rec.name}: {reached}", hint="raise or clear its budget to continue")
-        check_transition(rec.state, S.QUEUED)
-        self._launch(session_id, message, images)
+        await self.lifecycle.start_session(session_id, message=message, images=images)
 
     async def start_all(self) -> None:
-        for rec in self.book.records():
-            if rec.state in (S.READY, S.PAUSED, S.STOPPED):
-                await self.start_session(rec.session_id)
+        await self.lifecycle.start_all()
 
     async def reply(self, session_id: str, text: str, images: tuple[str, ...] = ()) -> None:
         """Answer a session that needs input (or give a finished one a follow-up task), with
         images (paths) for a model that takes them."""
-        if not text.strip():
-            raise UserError("the reply is empty")
-        self.admission.answered(session_id)
-        await self.start_session(session_id, message=text, images=tuple(images))
+        await self.lifecycle.reply(session_id, text, images)
 
     async def pause(self, session_id: str) -> None:
         """Pause now; an in-flight model turn is dropped (retried on resume), a running tool is
         interrupted (reported to the model as interrupted, never run again)."""
-        rec = self.book.rec(session_id)
-        if rec.state in (S.PAUSED, S.READY) or rec.state.is_finished:
-            return
-        await self._end_driver(session_id)
-        self.book.set_state(session_id, S.PAUSED, "paused by the user")
+        await self.lifecycle.pause(session_id)
 
     async def pause_all(self) -> None:
-        """Pause every working session; those waiting for a person keep waiting (pausing
-        them would hide that they need you, and they use no engine while they wait)."""
-        for rec in self.book.records():
-            if rec.state.is_active and not rec.state.wants_user:
-                await self.pause(rec.session_id)
+        """Pause every working session; those waiting for a person keep waiting."""
+        await self.lifecycle.pause_all()
 
     async def resume(self, session_id: str) -> None:
-        await self.start_session(session_id)
+        await self.lifecycle.start_session(session_id)
 
     async def stop(self, session_id: str) -> None:
-        rec = self.book.rec(session_id)
-        await self.servers.stop(session_id)  # the dev server stops with its session
-        if rec.state in (S.STOPPED, S.PREPARING) or rec.state in (S.DONE, S.FAILED):
-            return
-        await self._end_driver(session_id)
-        self.book.set_state(session_id, S.STOPPED, "stopped by the user")
+        await self.lifecycle.stop(session_id)
 
     def resolve_approval(self, session_id: str, request_id: str, decision: ApprovalDecision) -> None:
         self.admission.answered(session_id)
@@ -475,7 +427,7 @@ class Fleet:
         ``keep_worktree``), and forget it."""
         rec = self.book.rec(session_id)
         await self.servers.stop(session_id)
-        await self._end_driver(session_id)
+        await self.lifecycle.end_driver(session_id)
         if not keep_worktree:
             await self.workspaces.undo_worktree(rec)
         self.book.forget(session_id)
