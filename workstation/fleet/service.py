@@ -14,11 +14,8 @@ Commands are coroutines that return what changed and emit events; views redraw f
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import uuid
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +27,6 @@ from workstation.core.endpoints import Endpoint
 from workstation.core.errors import UserError
 from workstation.core.fleet_events import (
     OrphanWorktree,
-    SessionCreated,
-    SessionRemoved,
     SessionSummary,
 )
 from workstation.core.session_state import SessionState as S
@@ -57,27 +52,17 @@ from workstation.fleet.lifecycle import SessionLifecycle
 from workstation.fleet.merge_desk import MergeDesk
 from workstation.fleet.merge_queue import MergeReport
 from workstation.fleet.ports import PortBook
-from workstation.fleet.provision import (
-    PreparedRepo,
-    check_names_free,
-    make_worktree,
-    taken_names,
-    prepare_repository,
-)
-from workstation.fleet.repos import session_names
 from workstation.fleet.restart import bring_back, hold_moved
+from workstation.fleet.roster import SessionRoster
 from workstation.fleet.routing import Router
 from workstation.fleet.session import SessionRecord, SessionSpec
 from workstation.fleet.shelf import SessionShelf
 from workstation.fleet.stats import SessionStats
 from workstation.fleet.store import Checkpoint, Store
 from workstation.fleet.workspace_ops import WorkspaceOps
-from workstation.fleet.worktrees import worktrees_root
 from workstation.telemetry.streams import StreamCounters
 
 log = logging.getLogger(__name__)
-
-MAX_SESSIONS_PER_CREATE = 512
 
 
 class Fleet:
@@ -174,11 +159,22 @@ class Fleet:
             merges=self.merges, servers=self.servers, costs=self.costs, admission=self.admission,
             require_open=self._require_open, settle=self._update_settled)
         """Start, reply, pause, stop and their checks (``fleet/lifecycle.py``)."""
-        self._creating = 0
+        self.roster = SessionRoster(
+            book=self.book, store=self.store, git=self.git, data_dir=self.data_dir, router=self.router,
+            ports=self.ports, bootstrap=self.bootstrap, workspaces=self.workspaces, stats=self.stats,
+            servers=self.servers, admission=self.admission, drivers=self.drivers, emit=emit,
+            require_open=self._require_open, end_driver=self.lifecycle.end_driver,
+            start=self.start_session, settle=self._update_settled)
+        """Making, duplicating and removing sessions (``fleet/roster.py``)."""
         self._started = False
         self._closing = False
         self._settled = asyncio.Event()
         self._settled.set()
+
+    @property
+    def _creating(self) -> int:
+        """Create calls under way (``roster.creating``; a test watches it)."""
+        return self.roster.creating
 
     @property
     def request_observers(self) -> list[Any] | None:
@@ -273,104 +269,16 @@ class Fleet:
         taken (sessions, ``ws/`` branches, worktree folders); a given name that is taken is an
         error naming a free one, or with ``free_names`` the free one is used.
         """
-        self._require_open()
-        if not spec.task.strip():
-            raise UserError("a session needs a task")
-        if not 1 <= count <= MAX_SESSIONS_PER_CREATE:
-            raise UserError(f"number of sessions must be between 1 and {MAX_SESSIONS_PER_CREATE}")
-        if spec.mode not in ("plan", "act"):
-            raise UserError(f"mode must be 'plan' or 'act', not {spec.mode!r}")
-        if spec.endpoint:
-            self.router.get(spec.endpoint)
-        self._creating += 1
-        self._settled.clear()
-        made: list[str] = []
-        try:
-            key = spec.repo
-            prepared = await prepare_repository(
-                self.git, spec, self.data_dir,
-                on_progress=lambda m, f: self.workspaces.progress(key, "clone", m, f),
-            )
-            spec = await self.bootstrap.prepare_spec(spec, prepared.repo.path)
-            taken = self.book.names() | await taken_names(self.git, prepared.repo, self.data_dir)
-            names = session_names(spec.name, spec.task, count, taken, free=free_names)
-            await check_names_free(self.git, prepared.repo, names, self.data_dir)
-            await self.store.remember_repo(str(prepared.repo.path))
-            for name in names:
-                made.append(await self._insert_session(spec, prepared, name))
-            # checkouts in parallel (the git runner bounds how many run at once)
-            results = await asyncio.gather(
-                *(self._build_worktree(sid, prepared) for sid in made), return_exceptions=True
-            )
-            failures = [r for r in results if isinstance(r, BaseException)]
-            if failures:
-                raise failures[0]
-        except BaseException:
-            for sid in reversed(made):
-                with contextlib.suppress(Exception):
-                    await self.remove(sid)
-            raise
-        finally:
-            self._creating -= 1
-            self._update_settled()
-        if start:
-            for sid in made:
-                if self.book.rec(sid).state is S.READY:  # a failed setup waits for the user
-                    await self.start_session(sid)
-        return [self.summary(sid) for sid in made]
-
-    async def _insert_session(self, spec: SessionSpec, prepared: PreparedRepo, name: str) -> str:
-        sid = uuid.uuid4().hex[:12]
-        rec = SessionRecord(
-            session_id=sid, name=name, spec=replace(spec, name=name), state=S.PREPARING,
-            repo_path=str(prepared.repo.path), base_branch=prepared.base_branch,
-            start_commit=prepared.base_commit, position=await self.store.next_position(),
-            worktree_path=str(worktrees_root(self.data_dir, prepared.repo) / name),
-            branch=f"ws/{name}",
-        )
-        endpoint = self.router.assign(sid, pinned=spec.endpoint)
-        self.router.set_active(sid, True)
-        rec.endpoint_name = endpoint.name
-        await self.store.insert_session(rec)
-        await self.ports.allocate(sid, rec.spec.ports or self.bootstrap.options.default_ports)
-        self.book.add(rec)
-        self.changed.emit(SessionCreated(self.stats.summary(rec)))
-        return sid
-
-    async def _build_worktree(self, sid: str, prepared: PreparedRepo) -> None:
-        rec = self.book.rec(sid)
-        self.workspaces.progress(sid, "worktree", f"creating worktree {rec.branch}", None)
-        path, _ = await make_worktree(self.git, prepared, rec.name, self.data_dir,
-                                      shared_links=rec.spec.shared_links)
-        await self.bootstrap.place(prepared.repo.path, path, rec.spec)
-        self.workspaces.progress(sid, "worktree", "ready", 1.0)
-        if rec.spec.setup_command:
-            self.workspaces.progress(sid, "setup", f"running {rec.spec.setup_command}", None)
-        await self.bootstrap.setup_session(sid)
+        return await self.roster.create_sessions(spec, count, start=start, free_names=free_names)
 
     async def run_setup(self, session_id: str) -> None:
         """Run the session's setup command again (after fixing what made it fail); a session
         that failed only for its setup is ready again when it passes."""
-        rec = self.book.rec(session_id)
-        if rec.state.is_active or self.drivers.alive(session_id) or rec.state is S.PREPARING:
-            raise UserError(f"{rec.name} is working; pause or stop it before running its setup again")
-        await self.bootstrap.setup_session(session_id, again=True)
+        await self.roster.run_setup(session_id)
 
     async def duplicate(self, session_id: str, count: int = 1, *, start: bool = False) -> list[SessionSummary]:
         """New sessions with the same task, repository, base and settings."""
-        rec = self.book.rec(session_id)
-        spec = replace(rec.spec, name=None, repo=rec.repo_path, clone=False, init_if_plain=False,
-                       base_branch=rec.base_branch)
-        taken = self.book.names()
-        names, i = [], 2
-        while len(names) < count:
-            if f"{rec.name}-{i}" not in taken:
-                names.append(f"{rec.name}-{i}")
-            i += 1
-        out: list[SessionSummary] = []
-        for name in names:
-            out += await self.create_sessions(replace(spec, name=name), 1, start=start)
-        return out
+        return await self.roster.duplicate(session_id, count, start=start)
 
     # ================= running (SessionLifecycle) =================
     async def start_session(self, session_id: str, *, message: str | None = None,
@@ -425,27 +333,11 @@ class Fleet:
     async def remove(self, session_id: str, *, keep_worktree: bool = False) -> None:
         """Stop the session, delete its worktree, branch and checkpoint refs (unless
         ``keep_worktree``), and forget it."""
-        rec = self.book.rec(session_id)
-        await self.servers.stop(session_id)
-        await self.lifecycle.end_driver(session_id)
-        if not keep_worktree:
-            await self.workspaces.undo_worktree(rec)
-        self.book.forget(session_id)
-        self.router.forget(session_id)
-        self.admission.forget(session_id)
-        await self.ports.release(session_id)
-        await self.store.delete_session(session_id)
-        self.changed.emit(SessionRemoved(session_id, rec.name))
-        self._update_settled()
+        await self.roster.remove(session_id, keep_worktree=keep_worktree)
 
     async def remove_many(self, session_ids: Sequence[str], *, keep_worktree: bool = False) -> None:
         """Remove several sessions at once (their folders are deleted in parallel)."""
-        results = await asyncio.gather(
-            *(self.remove(sid, keep_worktree=keep_worktree) for sid in session_ids), return_exceptions=True
-        )
-        failures = [r for r in results if isinstance(r, BaseException)]
-        if failures:
-            raise failures[0]
+        await self.roster.remove_many(session_ids, keep_worktree=keep_worktree)
 
     async def wait_settled(self) -> None:
         """Return when no session is working or waiting for its engine, and none is being made."""
@@ -541,7 +433,7 @@ class Fleet:
 
     # ================= callbacks =================
     def _update_settled(self) -> None:
-        busy = self._creating > 0 or self.drivers.any_alive() or self.book.any_in(S.ENGINE_WAIT)
+        busy = self.roster.creating > 0 or self.drivers.any_alive() or self.book.any_in(S.ENGINE_WAIT)
         if busy:
             self._settled.clear()
         else:
