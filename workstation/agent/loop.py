@@ -1,6 +1,10 @@
 """The agent: system prompt + task → model turn → tool calls → results → next turn.
 
 See the package docstring (``workstation/agent/__init__.py``) for the API in one page.
+``Agent`` composes collaborators that own their state: the
+:class:`~workstation.agent.calls.ToolCallRunner` (one tool call) and the
+:class:`~workstation.agent.inbox.UserInbox` (what the user said that the model has not seen
+yet, the pending question).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from workstation.agent.history import (
     AgentSnapshot, Message, message_json, messages_json, repair_history,
     valid_message,
 )
+from workstation.agent.inbox import UserInbox
 from workstation.agent.images import MAX_IMAGES, ImageAttachment, user_content
 from workstation.agent.images import refusal as images_refusal
 from workstation.agent.jail import JailError, PathJail
@@ -31,13 +36,11 @@ from workstation.agent.mcp.hub import McpHub
 from workstation.agent.opening import first_protocol, session_rules, system_base, why_not_guided
 from workstation.agent.outcome import STATE_AFTER, AgentOutcome, TurnFailed, protocol_of
 from workstation.agent.protocols import (
-    ReplyCalls, is_context_overflow, is_tool_refusal, step_down, tool_result_message,
+    ReplyCalls, is_context_overflow, is_tool_refusal, step_down,
 )
 from workstation.agent.tool_set import BUILTIN, ToolSet
-from workstation.agent.tool_specs import QUESTION_TOOL
 from workstation.agent.token_account import TokenAccount
 from workstation.agent.toolbox import Toolbox
-from workstation.agent.toolcalls import RawCall
 from workstation.agent.turn import condense, stream_turn
 from workstation.core import agent_events as ev
 from workstation.core.agent_events import AgentMode, AgentState, RunStatus, SlotRefused, ToolProtocol
@@ -102,13 +105,12 @@ class Agent:
         self._turns = 0
         self._mistakes = 0
         self._no_tool_streak = 0
-        self._pending_question: str | None = None
-        self._question: tuple[str, tuple[str, ...]] = ("", ())
         self._completed = False
         self._needs_input = False
         self._last_result = ""
         self._tokens = TokenAccount()
-        self._inbox: list[str | list[dict[str, Any]]] = []
+        self._inbox = UserInbox(session_id, emit=self._emit, append=self._append)
+        """Queued user notes and the pending question (``inbox.py``)."""
         self._pause_requested = False
         self._resumed = asyncio.Event()
         self._resumed.set()
@@ -235,24 +237,11 @@ class Agent:
         if images:
             self._check_images(images)
         if self._run_task is not None or not self._messages:
-            self._inbox.append(user_content(prompts.user_feedback(text), images))
-            self._emit(ev.UserMessageAdded(self.session_id, text))
-            self._emit_images(images, with_task=False)
+            self._inbox.queue(text, images)
             return
         if self._needs_repair:
             self._repair_tail()
-        if self._pending_question is not None:
-            call = RawCall(self._pending_question, QUESTION_TOOL, "{}")
-            answer = prompts.question_answer(text)
-            self._append(tool_result_message(self._protocol or ToolProtocol.NATIVE, call, {}, answer))
-            self._emit(ev.ToolCallFinished(self.session_id, call.id, call.name, "ok", answer))
-            self._pending_question = None
-            if images:  # a tool result carries text only: the images follow as the user's message
-                self._append({"role": "user", "content": user_content(prompts.IMAGES_WITH_ANSWER, images)})
-        else:
-            self._append({"role": "user", "content": user_content(prompts.user_feedback(text), images)})
-        self._emit(ev.UserMessageAdded(self.session_id, text))
-        self._emit_images(images, with_task=False)
+        self._inbox.answer(text, images, self._protocol)
         self._mistakes = 0
         self._needs_input = False
         self._completed = False
@@ -265,13 +254,13 @@ class Agent:
         self._mode = mode
         self._emit(ev.ModeChanged(self.session_id, mode))
         if self._messages:
-            self._inbox.append(prompts.mode_switch_message(mode))
+            self._inbox.queue_note(prompts.mode_switch_message(mode))
 
     def snapshot(self) -> AgentSnapshot:
         """What to persist to resume this agent later (see :class:`AgentSnapshot`)."""
         return AgentSnapshot(
             session_id=self.session_id, messages=self.messages, mode=self._mode,
-            protocol=self._protocol, turns=self._turns, pending_question_call=self._pending_question,
+            protocol=self._protocol, turns=self._turns, pending_question_call=self._inbox.pending_question,
             completed=self._completed, needs_input=self._needs_input,
             context_tokens=self._estimate_context(), files_read=list(self._calls.work.files_read),
             files_changed=list(self._calls.work.files_changed), commands_run=list(self._calls.work.commands_run),
@@ -295,7 +284,7 @@ class Agent:
         if conversation:
             repaired = repair_history(self._messages[: cp.message_index], self._protocol)
             self._replace_history(repaired.messages)
-            self._pending_question = repaired.pending_question_call
+            self._inbox.pending_question = repaired.pending_question_call
             self._completed = self._needs_input = False
             self._mistakes = 0
         elif files:
@@ -307,11 +296,6 @@ class Agent:
             raise UserError(images_refusal(self.client.endpoint.model, self.config.takes_images))
         if len(images) > MAX_IMAGES:
             raise UserError(f"{len(images)} images attached; at most {MAX_IMAGES} go with one message")
-
-    def _emit_images(self, images: Sequence[ImageAttachment], *, with_task: bool) -> None:
-        if images:
-            self._emit(ev.ImagesAttached(self.session_id, tuple(i.path for i in images),
-                                         tuple(i.name for i in images), with_task))
 
     # ------------------------------------------------------------------ internals: plumbing
     def _emit(self, event: ev.AgentEvent) -> None:
@@ -352,7 +336,7 @@ class Agent:
         self._needs_input = snap.needs_input
         self._calls.work = WorkLog(list(snap.files_read), list(snap.files_changed), list(snap.commands_run))
         self._messages = [dict(m) for m in snap.messages]
-        self._pending_question = snap.pending_question_call
+        self._inbox.pending_question = snap.pending_question_call
         self._baseline_done = bool(snap.messages)
         if not self._completed and self._messages and self._messages[-1].get("content") == prompts.COMPLETION_ACK:
             self._completed = True
@@ -372,8 +356,8 @@ class Agent:
         if repaired.interrupted:
             log.info("agent %s: %d interrupted tool call(s) reported to the model",
                      self.session_id, len(repaired.interrupted))
-        if repaired.pending_question_call and self._pending_question is None and not self._stop_requested:
-            self._pending_question = repaired.pending_question_call
+        if repaired.pending_question_call and self._inbox.pending_question is None and not self._stop_requested:
+            self._inbox.pending_question = repaired.pending_question_call
 
     def _estimate_context(self) -> int:
         tools = self._calls.tools.definition_tokens if self._protocol not in (ToolProtocol.TEXT, ToolProtocol.GUIDED) else 0
@@ -397,8 +381,8 @@ class Agent:
         if not self._messages:
             await self._start_conversation()
         if not self._inbox:
-            if self._pending_question is not None:
-                question, options = self._question
+            if self._inbox.pending_question is not None:
+                question, options = self._inbox.question
                 return self._outcome(RunStatus.NEEDS_INPUT, "waiting for the answer to a question",
                                      question=question, options=options)
             if self._completed:
@@ -411,9 +395,7 @@ class Agent:
         cfg = self.config
         while True:
             await self._between_steps()
-            for note in self._inbox:  # text, or text and images (images.user_content)
-                self._append({"role": "user", "content": note})
-            self._inbox.clear()
+            self._inbox.deliver()
             if self._run_turns >= cfg.max_turns:
                 return self._outcome(RunStatus.BUDGET_EXHAUSTED, f"reached the limit of {cfg.max_turns} model turns")
             if cfg.max_total_tokens is not None and self._tokens.run_total >= cfg.max_total_tokens:
@@ -439,7 +421,7 @@ class Agent:
         self._append({"role": "system", "content": content})
         task = prompts.task_message(self.task, self._mode, listing)
         self._append({"role": "user", "content": user_content(task, self.task_images)})
-        self._emit_images(self.task_images, with_task=True)
+        self._inbox.images_attached(self.task_images, with_task=True)
 
     def _switch_protocol(self, new: ToolProtocol, why: str) -> None:
         old = self._protocol
@@ -579,8 +561,7 @@ class Agent:
             return self._outcome(RunStatus.COMPLETED, "the task is complete", result=result.completed)
         if result.question is not None:
             call_id, question, options = result.question
-            self._pending_question = call_id
-            self._question = (question, options)
+            self._inbox.asked(call_id, question, options)
             return self._outcome(RunStatus.NEEDS_INPUT, "the agent asked a question",
                                  question=question, options=options)
         return None
