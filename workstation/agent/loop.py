@@ -1,16 +1,16 @@
 """The agent: system prompt + task → model turn → tool calls → results → next turn.
 
 See the package docstring (``workstation/agent/__init__.py``) for the API in one page.
-``Agent`` composes collaborators that own their state: the
-:class:`~workstation.agent.calls.ToolCallRunner` (one tool call) and the
-:class:`~workstation.agent.inbox.UserInbox` (what the user said that the model has not seen
-yet, the pending question).
+``Agent`` keeps the history, the protocol, the mode and the run's control (pause, stop) and
+composes collaborators that own the rest: the :class:`~workstation.agent.calls.ToolCallRunner`
+(one tool call), the :class:`~workstation.agent.inbox.UserInbox` (what the user said that the
+model has not seen yet, the pending question) and :class:`~workstation.agent.model_turns.ModelTurns`
+(one model turn, its tokens, condensing).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -21,32 +21,26 @@ from workstation.agent import prompts
 from workstation.agent.calls import CallOutcome, ToolCallRunner, WorkLog
 from workstation.agent.checkpoints import Checkpoint, CheckpointError, CheckpointStore
 from workstation.agent.config import AgentConfig
-from workstation.agent.context import facts_summary
-from workstation.agent.guided.drafts import GuidedMemory
-from workstation.agent.guided.turn import GuidedTurn
 from workstation.agent.history import (
     AgentSnapshot, Message, message_json, messages_json, repair_history,
     valid_message,
 )
 from workstation.agent.inbox import UserInbox
+from workstation.agent.model_turns import ModelTurns
 from workstation.agent.images import MAX_IMAGES, ImageAttachment, user_content
 from workstation.agent.images import refusal as images_refusal
 from workstation.agent.jail import JailError, PathJail
 from workstation.agent.mcp.hub import McpHub
 from workstation.agent.opening import first_protocol, session_rules, system_base, why_not_guided
 from workstation.agent.outcome import STATE_AFTER, AgentOutcome, TurnFailed, protocol_of
-from workstation.agent.protocols import (
-    ReplyCalls, is_context_overflow, is_tool_refusal, step_down,
-)
+from workstation.agent.protocols import ReplyCalls
 from workstation.agent.tool_set import BUILTIN, ToolSet
-from workstation.agent.token_account import TokenAccount
 from workstation.agent.toolbox import Toolbox
-from workstation.agent.turn import condense, stream_turn
 from workstation.core import agent_events as ev
 from workstation.core.agent_events import AgentMode, AgentState, RunStatus, SlotRefused, ToolProtocol
 from workstation.core.approvals import ApprovalDecision, ApprovalRequest
 from workstation.core.errors import UserError
-from workstation.engine.chat_client import ChatClient, EngineHTTPError, EngineUnreachable, Usage
+from workstation.engine.chat_client import ChatClient
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +80,6 @@ class Agent:
         self.root = self.jail.root
         self._on_event = on_event
         self._approver = approver
-        self._slot = generation_slot
         self._toolbox = Toolbox(self.jail, self.config)
         self.checkpoints: CheckpointStore | None = (
             CheckpointStore(self.root, session_id) if self.config.checkpoints else None
@@ -96,21 +89,23 @@ class Agent:
             append=self._append, set_state=self._set_state, between_steps=self._between_steps,
             message_count=lambda: len(self._messages),
         )
-        self._guided = GuidedMemory()
-        """Guided protocol: files as first read, drafts drawn but not tried yet."""
         self._state = AgentState.IDLE
         self._mode = self.config.mode
         self._protocol: ToolProtocol | None = None
         self._messages: list[Message] = []
-        self._turns = 0
         self._mistakes = 0
         self._no_tool_streak = 0
         self._completed = False
         self._needs_input = False
         self._last_result = ""
-        self._tokens = TokenAccount()
         self._inbox = UserInbox(session_id, emit=self._emit, append=self._append)
         """Queued user notes and the pending question (``inbox.py``)."""
+        self._model_turns = ModelTurns(
+            session_id, client, root=self.root, task=task, config=lambda: self.config, slot=generation_slot,
+            messages=lambda: self._messages, protocol=lambda: self._protocol, switch_protocol=self._switch_protocol,
+            tools=lambda: self._calls.tools, work=lambda: self._calls.work, append=self._append,
+            replace_history=self._replace_history, set_state=self._set_state, emit=self._emit)
+        """Model turns, their tokens and condensing (``model_turns.py``)."""
         self._pause_requested = False
         self._resumed = asyncio.Event()
         self._resumed.set()
@@ -121,8 +116,6 @@ class Agent:
         self._baseline_done = False
         if self.task_images:
             self._check_images(self.task_images)
-        self._last_finish = ""
-        self._run_turns = 0
         self._needs_repair = False
         if snapshot is not None:
             self._load(snapshot)
@@ -154,7 +147,7 @@ class Agent:
 
     @property
     def context_tokens(self) -> int:
-        return self._estimate_context()
+        return self._model_turns.estimate_context()
 
     async def run(self) -> AgentOutcome:
         """Work until completed, a question, the mistakes limit, a budget, stop or failure."""
@@ -165,8 +158,7 @@ class Agent:
         self._run_task = task
         self._idle.clear()
         self._stop_requested = False
-        self._run_turns = 0
-        self._tokens.new_run()
+        self._model_turns.new_run()
         hub: McpHub | None = None
         try:
             try:
@@ -260,9 +252,9 @@ class Agent:
         """What to persist to resume this agent later (see :class:`AgentSnapshot`)."""
         return AgentSnapshot(
             session_id=self.session_id, messages=self.messages, mode=self._mode,
-            protocol=self._protocol, turns=self._turns, pending_question_call=self._inbox.pending_question,
+            protocol=self._protocol, turns=self._model_turns.turns, pending_question_call=self._inbox.pending_question,
             completed=self._completed, needs_input=self._needs_input,
-            context_tokens=self._estimate_context(), files_read=list(self._calls.work.files_read),
+            context_tokens=self._model_turns.estimate_context(), files_read=list(self._calls.work.files_read),
             files_changed=list(self._calls.work.files_changed), commands_run=list(self._calls.work.commands_run),
         )
 
@@ -321,17 +313,18 @@ class Agent:
 
     def _replace_history(self, messages: list[Message]) -> None:
         self._messages = list(messages)
-        self._tokens.forget_context()
+        self._model_turns.tokens.forget_context()
         self._emit(ev.HistoryReplaced(self.session_id, messages_json(self._messages)))
 
     def _outcome(self, status: RunStatus, message: str, **kw: Any) -> AgentOutcome:
-        return AgentOutcome(status, message, turns=self._run_turns, prompt_tokens=self._tokens.run_prompt,
-                            completion_tokens=self._tokens.run_completion, **kw)
+        tokens = self._model_turns.tokens
+        return AgentOutcome(status, message, turns=self._model_turns.run_turns, prompt_tokens=tokens.run_prompt,
+                            completion_tokens=tokens.run_completion, **kw)
 
     def _load(self, snap: AgentSnapshot) -> None:
         self._mode = snap.mode
         self._protocol = snap.protocol
-        self._turns = snap.turns
+        self._model_turns.turns = snap.turns
         self._completed = snap.completed
         self._needs_input = snap.needs_input
         self._calls.work = WorkLog(list(snap.files_read), list(snap.files_changed), list(snap.commands_run))
@@ -358,10 +351,6 @@ class Agent:
                      self.session_id, len(repaired.interrupted))
         if repaired.pending_question_call and self._inbox.pending_question is None and not self._stop_requested:
             self._inbox.pending_question = repaired.pending_question_call
-
-    def _estimate_context(self) -> int:
-        tools = self._calls.tools.definition_tokens if self._protocol not in (ToolProtocol.TEXT, ToolProtocol.GUIDED) else 0
-        return self._tokens.estimate_context(self._messages, tools)
 
     async def _between_steps(self) -> None:
         """Honour pause (and a stop that came while paused) at a step boundary."""
@@ -396,15 +385,15 @@ class Agent:
         while True:
             await self._between_steps()
             self._inbox.deliver()
-            if self._run_turns >= cfg.max_turns:
+            if self._model_turns.run_turns >= cfg.max_turns:
                 return self._outcome(RunStatus.BUDGET_EXHAUSTED, f"reached the limit of {cfg.max_turns} model turns")
-            if cfg.max_total_tokens is not None and self._tokens.run_total >= cfg.max_total_tokens:
+            if cfg.max_total_tokens is not None and self._model_turns.tokens.run_total >= cfg.max_total_tokens:
                 return self._outcome(RunStatus.BUDGET_EXHAUSTED, f"reached the token budget of {cfg.max_total_tokens:,}")
             if self._protocol is not ToolProtocol.GUIDED and \
-                    self._estimate_context() > cfg.condense_at_fraction * cfg.context_window_tokens:
+                    self._model_turns.estimate_context() > cfg.condense_at_fraction * cfg.context_window_tokens:
                 # (a guided turn sends a bounded view of the history, so it never needs condensing)
-                await self._condense()
-            reply = await self._model_turn()
+                await self._model_turns.condense()
+            reply = await self._model_turns.take()
             outcome = await self._handle_reply(reply)
             if outcome is not None:
                 return outcome
@@ -433,78 +422,6 @@ class Agent:
             tail = current[len(before):] if current.startswith(before) else ""  # the rules stay
             self._replace_history([{"role": "system", "content": system_base(new, tools) + tail},
                                    *self._messages[1:]])
-
-    def _max_tokens(self) -> int:
-        room = self.config.context_window_tokens - self._estimate_context() - 64
-        return max(256, min(self.config.max_tokens_per_turn, room))
-
-    async def _model_turn(self) -> ReplyCalls:
-        cfg = self.config
-        attempt = 0
-        condensed_for_overflow = False
-        while True:
-            self._set_state(AgentState.WAITING_SLOT if self._slot else AgentState.GENERATING)
-            try:
-                slot = self._slot() if self._slot is not None else contextlib.nullcontext()
-                async with slot:
-                    self._set_state(AgentState.GENERATING)
-                    return await self._stream_turn()
-            except EngineHTTPError as exc:
-                status, text = exc.status, str(exc)
-                nxt = step_down(self._protocol) if self._protocol else None
-                if is_tool_refusal(status, text, self._protocol) and nxt is not None:
-                    self._switch_protocol(nxt, f"the server refused the {self._protocol.value} request: {text[:160]}")
-                    continue
-                if is_context_overflow(status, text) and not condensed_for_overflow:
-                    condensed_for_overflow = True
-                    await self._condense(force=True)
-                    continue
-                retryable = exc.retryable or status is None
-            except EngineUnreachable as exc:
-                text, retryable = str(exc), True
-            if not retryable or attempt >= cfg.max_retries:
-                self._emit(ev.ErrorOccurred(self.session_id, text, retrying=False))
-                raise TurnFailed(text)
-            attempt += 1
-            self._emit(ev.ErrorOccurred(self.session_id, text, retrying=True))
-            await asyncio.sleep(cfg.retry_backoff_s * (2 ** (attempt - 1)))
-
-    async def _stream_turn(self) -> ReplyCalls:
-        assert self._protocol is not None
-        turn = self._turns + 1
-        sid = self.session_id
-        if self._protocol is ToolProtocol.GUIDED:
-            guided = GuidedTurn(self.client, self._messages, root=self.root, task=self.task, config=self.config,
-                                session_id=sid, turn=turn, max_tokens=self._max_tokens(), emit=self._emit,
-                                memory=self._guided)
-            try:
-                result = await guided.run()
-            except BaseException:
-                # its finished requests (a choice, drafts) cost tokens though the turn failed
-                self._count_usage(turn, guided.spent.usage(), replied=False)
-                raise
-        else:
-            result = await stream_turn(self.client, self._messages, self._protocol, session_id=sid, turn=turn,
-                                       max_tokens=self._max_tokens(), temperature=self.config.temperature,
-                                       emit=self._emit, tools=self._calls.tools.openai)
-        self._turns = turn
-        self._run_turns += 1
-        self._append(result.reply.message)
-        self._count_usage(turn, result.usage, replied=True)
-        self._emit(ev.TurnFinished(sid, turn, result.finish_reason or "stop", result.content,
-                                   len(result.reply.calls)))
-        self._last_finish = result.finish_reason
-        return result.reply
-
-    def _count_usage(self, turn: int, usage: Usage | None, *, replied: bool) -> None:
-        """A turn's tokens into the run's totals and out as ``UsageReported``; ``replied``: its
-        reply was appended, so the usage also measures the context (a failed turn's does not)."""
-        if usage is None:
-            return
-        self._tokens.count(usage, history_len=len(self._messages) if replied else None)
-        self._emit(ev.UsageReported(self.session_id, turn, usage.prompt_tokens, usage.completion_tokens,
-                                    usage.cached_tokens, self._tokens.context_tokens,
-                                    self.config.context_window_tokens, self.client.model_name))
 
     # ------------------------------------------------------------------ internals: a reply
     def _count_mistake(self, message: str) -> None:
@@ -537,7 +454,7 @@ class Agent:
                 self._calls.skip(call, self._protocol)
                 continue
             result = await self._calls.run(call, protocol=self._protocol, mode=self._mode,
-                                           cut_off=self._last_finish == "length", incomplete=reply.incomplete)
+                                           cut_off=self._model_turns.last_finish == "length", incomplete=reply.incomplete)
             outcome = self._after_call(result)
             if outcome is not None:
                 return outcome
@@ -565,17 +482,3 @@ class Agent:
             return self._outcome(RunStatus.NEEDS_INPUT, "the agent asked a question",
                                  question=question, options=options)
         return None
-
-    # ------------------------------------------------------------------ internals: condensing
-    async def _condense(self, *, force: bool = False) -> None:
-        before_tokens, before_len = self._estimate_context(), len(self._messages)
-        self._set_state(AgentState.GENERATING, "condensing the conversation")
-        work = self._calls.work
-        facts = facts_summary(work.files_read, work.files_changed, work.commands_run)
-        result = await condense(self.client, self._messages, self.config, facts, force=force, slot=self._slot)
-        if result is None:
-            return
-        self._replace_history(result.messages)
-        if result.summary is not None:
-            self._emit(ev.ContextCondensed(self.session_id, before_tokens, before_len, len(self._messages),
-                                           result.summary))
