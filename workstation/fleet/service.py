@@ -6,8 +6,9 @@ generation gate; the :class:`~workstation.fleet.book.SessionBook` (records and e
 change), the :class:`~workstation.fleet.approval_desk.ApprovalDesk`, the
 :class:`~workstation.fleet.driver.DriverRegistry` with its
 :class:`~workstation.fleet.driver.SessionRunner`, the event sink and the token stats, and the
-:class:`~workstation.fleet.workspace_ops.WorkspaceOps` (review, checkpoints, orphans), and the
-:class:`~workstation.fleet.lifecycle.SessionLifecycle` (start, reply, pause, stop and their checks).
+:class:`~workstation.fleet.workspace_ops.WorkspaceOps` (review, checkpoints, orphans), the
+:class:`~workstation.fleet.lifecycle.SessionLifecycle` (start, reply, pause, stop and their checks)
+and the :class:`~workstation.fleet.roster.SessionRoster` (making, duplicating, removing sessions).
 Commands are coroutines that return what changed and emit events; views redraw from the events.
 """
 
@@ -151,9 +152,10 @@ class Fleet:
         )
         self.workspaces = WorkspaceOps(self.book, self.store, self.git, self.data_dir, emit=emit)
         self.shelf = SessionShelf(self.book, self.store, emit=emit)
+        """Names and the archive (``fleet/shelf.py``)."""
         self.controls = AgentControls(book=self.book, store=self.store, drivers=self.drivers,
                                       runner=self.runner, router=self.router, sink=self.sink)
-        """Names and the archive (``fleet/shelf.py``)."""
+        """Mode and checkpoint restore (``fleet/agent_controls.py``)."""
         self.lifecycle = SessionLifecycle(
             book=self.book, store=self.store, drivers=self.drivers, runner=self.runner, desk=self.desk,
             merges=self.merges, servers=self.servers, costs=self.costs, admission=self.admission,
