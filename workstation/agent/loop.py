@@ -454,7 +454,8 @@ class Agent:
                 self._calls.skip(call, self._protocol)
                 continue
             result = await self._calls.run(call, protocol=self._protocol, mode=self._mode,
-                                           cut_off=self._model_turns.last_finish == "length", incomplete=reply.incomplete)
+                                           cut_off=self._model_turns.last_finish == "length",
+                                           incomplete=reply.incomplete)
             outcome = self._after_call(result)
             if outcome is not None:
                 return outcome

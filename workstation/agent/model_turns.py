@@ -39,7 +39,8 @@ from workstation.engine.chat_client import ChatClient, EngineHTTPError, EngineUn
 
 class ModelTurns:
     def __init__(self, session_id: str, client: ChatClient, *, root: Path, task: str,
-                 config: Callable[[], AgentConfig], slot: Callable[[], contextlib.AbstractAsyncContextManager[object]] | None,
+                 config: Callable[[], AgentConfig],
+                 slot: Callable[[], contextlib.AbstractAsyncContextManager[object]] | None,
                  messages: Callable[[], list[Message]], protocol: Callable[[], ToolProtocol | None],
                  switch_protocol: Callable[[ToolProtocol, str], None], tools: Callable[[], ToolSet],
                  work: Callable[[], WorkLog], append: Callable[[Message], None],
