@@ -204,3 +204,21 @@ def test_the_grammar_backend_is_a_candidate_only_where_the_agents_send_a_grammar
         picked = [c for c in with_grammar if c.change == "structured outputs by llguidance"]
         assert len(picked) == 1 and json.loads(picked[0].args[1]) == {"backend": "guidance"}
         assert all("--structured-outputs-config" not in c.args for c in without)
+
+
+def test_candidates_are_sized_for_the_sequences_in_flight_not_the_streams():
+    from dataclasses import replace
+
+    from workstation.core.traffic import Distribution
+    from workstation.tuning.tune_plan import sequences_in_flight
+
+    plain = Workload(kind="synthetic", concurrency=4, input_len=64, output_len=32)
+    assert sequences_in_flight(plain) == 4
+    assert sequences_in_flight(replace(plain, guided_choices=6)) == 24  # a guided draw asks for n=6
+
+    class Shape:  # what sequences_in_flight reads of a captured shape
+        choices = Distribution.of([6, 6, 6, 2])
+
+    replay = Workload(kind="replay", concurrency=32, shape="s")
+    assert sequences_in_flight(replay, Shape()) == 32 * 6  # type: ignore[arg-type]
+    assert sequences_in_flight(replay, None) == 32

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from workstation.config import Settings
 from workstation.core.profiles import Profile
+from workstation.core.traffic import TrafficShape
 from workstation.engine.environment import EngineInstall, engine_help_text, require_engine
 from workstation.engine.flags import known_flags
 from workstation.engine.models import ModelSpec, resolve_model
@@ -36,6 +37,17 @@ class TunePlan:
                 f"{repeats} runs per measurement")
 
 
+def sequences_in_flight(workload: Workload, shape: TrafficShape | None = None) -> int:
+    """Sequences the engine holds at once under ``workload``: its streams times the ``n`` of
+    their requests (a guided draw asks for n at once; a captured shape's p90), which is what a
+    ``--max-num-seqs`` candidate must hold: with n=6 the streams' count alone offered the CPU
+    engine 2 sequences for 4 streams of 6."""
+    n = max(1, workload.guided_choices)
+    if shape is not None and shape.choices.count:
+        n = max(n, round(shape.choices.p90))
+    return max(1, workload.concurrency) * n
+
+
 async def plan_tune(settings: Settings, store: TuningStore, workload: Workload, *, model: str | None = None,
                     profile: str | None = None, kv_cache_gib: float | None = None) -> TunePlan:
     """``model``, ``profile``: default the settings' engine model and profile. Raises
@@ -48,6 +60,7 @@ async def plan_tune(settings: Settings, store: TuningStore, workload: Workload, 
     guided = await asyncio.to_thread(agents_constrain_output, settings, spec)
     traits = model_traits(spec.served_name, spec.config_json, structured_outputs=guided)
     kv = int((trial.engine.kv_cache_gib or 0) * (1 << 30)) or None
-    candidates = candidates_for(engine.platform, traits, concurrency=workload.concurrency,
+    shape = store.load_shape(workload.shape) if workload.kind == "replay" and workload.shape else None
+    candidates = candidates_for(engine.platform, traits, concurrency=sequences_in_flight(workload, shape),
                                 base_args=list(baseline.args), kv_cache_bytes=kv)
     return TunePlan(trial, engine, spec, baseline, help_flags, traits, list(candidates))
