@@ -129,11 +129,11 @@ def test_a_slow_clone_is_cancelled_from_the_form(qtbot, fleet_ui: FleetUI, silen
         qtbot.mouseClick(dialog.create_button, Qt.MouseButton.LeftButton)
         assert dialog.create_button.text() == "Creating…"
         await asyncio.sleep(1.0)
-        assert ui.fleet._creating == 1  # the clone hangs on the silent server
+        assert ui.fleet.roster.creating == 1  # the clone hangs on the silent server
         qtbot.mouseClick(dialog.buttons.button(QDialogButtonBox.StandardButton.Cancel), Qt.MouseButton.LeftButton)
         await ui.wait(lambda: dialog.problem.text() == "Cancelled: nothing was created.")
         assert dialog.isVisible() and dialog.clone_url.text() == silent_git_server
-        await ui.wait(lambda: ui.fleet._creating == 0)  # the fleet stopped creating, git was killed
+        await ui.wait(lambda: ui.fleet.roster.creating == 0)  # the fleet stopped creating, git was killed
         assert not window.panes and not ui.fleet.sessions()
         closed: list[int] = []
         dialog.finished.connect(closed.append)

@@ -174,11 +174,6 @@ class Fleet:
         self._settled.set()
 
     @property
-    def _creating(self) -> int:
-        """Create calls under way (``roster.creating``; a test watches it)."""
-        return self.roster.creating
-
-    @property
     def request_observers(self) -> list[Any] | None:
         """Observers of every model request its agents make (the agent factory's shared list;
         None when the factory's agents do not report their requests)."""
