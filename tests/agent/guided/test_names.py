@@ -12,7 +12,7 @@ import pytest
 from tests.agent.guided.bench import bench
 from workstation.agent.guided.checks import EditSite, _Checker, check_draw, edit_site
 from workstation.agent.guided.drafts import Draft, extract_code, rank, same_code
-from workstation.agent.guided.names import draft_undefined_names
+from workstation.agent.guided.names import draft_undefined_names, parses_in_place
 from workstation.agent.guided.symbols import (
     WHOLE_FILE, new_function_target, new_undefined_names, parsed, python_symbols, twin_function,
 )
@@ -74,6 +74,7 @@ GLOBALS = "COUNT = 0\n\n\ndef bump():\n    global COUNT\n    COUNT += 1\n    ret
 STAR = "from os.path import *\n\n\ndef add(a, b):\n    return join(a, b)\n"
 TABS = "class Box:\n\tdef total(self):\n\t\treturn 1\n\n\ndef add(a, b):\n\treturn a + b\n"
 BROKEN = "def add(a, b):\n    return a +\n"
+NO_NEWLINE = "def add(a, b):\n    return a + b  # the last line, no line end \\"
 
 BODIES = [
     "    return 1\n", "    return np.zeros(1)\n", "    return later() + SCALE + add(1, 2)\n",
@@ -92,6 +93,9 @@ BODIES = [
     "    class K:\n        z = q\n        y = z\n    return K\n", "    return (1\n", "    return a + b\n",
     "    return a + b  # the same\n", '    """Docs."""\n    return a + b\n', "    del a\n    del nothere\n    return 0\n",
     "    import math\n    return math.pi + registry['x']\n", "    return 1 \\\n",
+    '    """never closed\n', "    x = 1\x0c\n    return x\n", "    return 1\nx = 2\n", "    return (\n1)\n",
+    "    x = 1\n# a comment at column 0\n    return x\n", '    x = """\n  a string\'s lines\n"""\n    return x\n',
+    "".join(" " * (4 * i) + "if a:\n" for i in range(1, 25)) + " " * 100 + "return np\n",
 ]
 
 
@@ -162,7 +166,7 @@ def _header(site: EditSite) -> str:
 
 
 @pytest.mark.parametrize("name,text", [("module", MODULE), ("globals", GLOBALS), ("star", STAR), ("tabs", TABS),
-                                       ("broken", BROKEN)])
+                                       ("broken", BROKEN), ("no_newline", NO_NEWLINE)])
 def test_every_draft_of_every_target_gets_the_whole_file_verdict(name: str, text: str) -> None:
     problems: set[str] = set()
     for target in _targets(text) if name != "broken" else [WHOLE_FILE, new_function_target("sub(a, b)"), "add"]:
@@ -177,12 +181,16 @@ def test_every_draft_of_every_target_gets_the_whole_file_verdict(name: str, text
 
 
 def test_the_function_alone_answers_as_the_whole_file_and_says_where_it_cannot() -> None:
-    answered = declined = 0
+    answered = declined = in_place = 0
     for target in _targets(MODULE):
         site = edit_site("module.py", target, MODULE, MODULE, False)
         for text in drafts_for(_header(site)):
             code = extract_code(text)
             applied = site.apply(code)
+            if site.target != WHOLE_FILE and parses_in_place(MODULE, code, site.sym_now if site.signature is None
+                                                            else None):
+                in_place += 1
+                assert parsed(applied)[0] is not None, (target, code)
             if parsed(applied)[0] is None or site.target == WHOLE_FILE:
                 continue
             symbol = None if site.signature is not None else site.sym_now
@@ -194,7 +202,7 @@ def test_the_function_alone_answers_as_the_whole_file_and_says_where_it_cannot()
                 continue
             answered += 1
             assert found == new_undefined_names(MODULE, applied), (target, code)
-    assert answered > 150 and declined > 20, (answered, declined)
+    assert answered > 150 and declined > 20 and in_place > 150, (answered, declined, in_place)
     add = next(s for s in python_symbols(MODULE) or () if s.name == "add")
     total = next(s for s in python_symbols(MODULE) or () if s.name == "Box.total")
     assert draft_undefined_names(MODULE, "def add(a, b):\n    return sys.argv, np, later, LIMIT\n", add) == ["np", "sys"]

@@ -28,7 +28,6 @@ keeps its work under ``if __name__ == "__main__":`` (``python -m`` modules are n
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import functools
 import multiprocessing
@@ -42,7 +41,7 @@ from typing import TypeVar
 
 from workstation.agent.guided import actions
 from workstation.agent.guided.drafts import Draft, extract_code, layout_key, rank, same_code
-from workstation.agent.guided.names import draft_undefined_names
+from workstation.agent.guided.names import draft_undefined_names, parses_in_place
 from workstation.agent.guided.state import GuidedState
 from workstation.agent.guided.symbols import (
     WHOLE_FILE, Symbol, append_function, find_symbol, header_line, new_function_signature, new_undefined_names,
@@ -219,16 +218,14 @@ class _Checker:
         code = extract_code(text)
         new_text = site.apply(code)
         mine = self.ident_of(code)
-        problem = tree = None
+        problem = None
         if not text.rstrip().endswith("```") or text.count("\n") < 2:
             problem = "cut off"  # the token limit ended it before its closing fence
         else:
             if same_code(new_text, site.current):
                 problem = "changes nothing"
             elif site.python:
-                tree, problem = parsed(new_text)
-            if tree is not None and problem is None and (unknown := self.unknown_names(code, tree)):
-                problem = f"uses names nothing defines: {', '.join(unknown[:5])}"  # garbage, or an import it cannot add
+                problem = self.python_problem(code, new_text)
             if site.signature is not None and problem is None and site.current and (
                     twin := twin_function(code, site.current)):
                 problem = f"does what {twin} does"  # a new function copied from its neighbour
@@ -241,16 +238,28 @@ class _Checker:
             self.seen[text] = replace(draft)
         return draft
 
-    def unknown_names(self, code: str, tree: ast.Module) -> list[str]:
-        """The names the draft ``code`` (``tree``: the file with it applied) uses that nothing
-        defines and the file did not leave undefined before: its function checked alone
-        against the module's bindings where that answers (:mod:`.names`), else the whole file."""
-        site = self.site
-        if site.current is not None and (site.signature is not None or site.sym_now is not None):
-            found = draft_undefined_names(site.current, code, None if site.signature is not None else site.sym_now)
-            if found is not None:
-                return found
-        return new_undefined_names(site.current or site.original, tree)
+    def python_problem(self, code: str, new_text: str) -> str | None:
+        """Why the Python file ``new_text`` (``code`` applied) cannot be kept, or None: its
+        syntax error, or the names it uses that nothing defines and the file did not leave
+        undefined before (garbage, or an import it cannot add). A function is checked alone
+        where that answers (:mod:`.names`: it parses in place, its names are looked up among
+        the module's bindings), else the file is parsed and pyflakes runs over it."""
+        site, current = self.site, self.site.current
+        symbol = None if site.signature is not None else site.sym_now
+        if current is None or (site.signature is None and symbol is None):
+            current = None  # a whole file: only the whole file answers
+        unknown = None
+        if current is not None and parses_in_place(current, code, symbol):
+            unknown = draft_undefined_names(current, code, symbol)
+        if unknown is None:
+            tree, problem = parsed(new_text)
+            if tree is None:
+                return problem
+            if current is not None:
+                unknown = draft_undefined_names(current, code, symbol)
+            if unknown is None:
+                unknown = new_undefined_names(site.current or site.original, tree)
+        return f"uses names nothing defines: {', '.join(unknown[:5])}" if unknown else None
 
 
 @dataclass(frozen=True, slots=True)

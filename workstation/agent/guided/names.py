@@ -1,4 +1,5 @@
-"""The undefined names a draft of one function adds, found by checking that function alone.
+"""A draft of one function checked alone: whether the file parses with it in place
+(:func:`parses_in_place`) and the undefined names it adds (:func:`draft_undefined_names`).
 
 The whole-file rule (:func:`~workstation.agent.guided.symbols.new_undefined_names`) runs
 pyflakes on the file with the draft applied and subtracts what the file as read leaves
@@ -22,8 +23,10 @@ does not hold:
 - a draft that does not parse alone, or whose lines would not move as one block when indented
   into the file (tabs, form feeds, other line breaks than ``\\n``), a file indented with tabs.
 
-``tests/agent/guided/test_names.py`` holds the whole-file rule and this one to the same
-answers over a corpus of drafts, these cases included.
+The file is then parsed only where the draft is not one function that parses alone (the
+syntax error's line is the file's) or only the whole-file rule answers: parsing a 500-line
+file took 3 ms a draft. ``tests/agent/guided/test_names.py`` holds the whole-file rule and
+this one to the same answers over a corpus of drafts, these cases included.
 """
 
 from __future__ import annotations
@@ -125,6 +128,35 @@ def _strip_signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
     args.kw_defaults = [None if d is None else ast.Constant(None) for d in args.kw_defaults]
 
 
+MAX_INDENT_COLUMNS = 80
+"""A draft indented deeper on some line is parsed in the file (Python allows 100 levels of
+indentation: the file adds a class's at most, ``code`` at 80 columns has 80 at most)."""
+
+
+def parses_in_place(current: str, code: str, symbol: Symbol | None) -> bool:
+    """True when ``current`` (which parses) with the function ``code`` applied (in place of
+    ``symbol``, a ``def`` of ``current``; appended when None) parses too, known from ``code``
+    alone: it is one undecorated function that parses, its lines move as one block when
+    indented (no tabs, ``\n`` line breaks only) and the file is indented with spaces. The
+    file's lines before it end a statement (a ``def`` starts a logical line), the lines after
+    it start one at an indentation the lines before opened (they followed the old function),
+    and the draft closes every bracket, string and line continuation it opens, so the file's
+    tokens are the old file's with one function statement for another. False: parse the file."""
+    if symbol is not None and symbol.kind != "def":
+        return False
+    context = module_names(current)
+    if context is None or context.whole_file_only or not _lines_move_as_one(code):
+        return False
+    if max(len(line) - len(line.lstrip(" ")) for line in code.split("\n")) > MAX_INDENT_COLUMNS:
+        return False
+    try:
+        body = parse_quietly(code).body
+    except (SyntaxError, ValueError):
+        return False
+    return len(body) == 1 and isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) \
+        and not body[0].decorator_list
+
+
 def draft_undefined_names(current: str, code: str, symbol: Symbol | None) -> list[str] | None:
     """What :func:`~.symbols.new_undefined_names` answers for ``current`` with the function
     ``code`` applied (in place of ``symbol``, a ``def`` of ``current``; appended at the end
@@ -178,4 +210,4 @@ def _draft_names(current: str, code: str, symbol: Symbol | None) -> tuple[str, .
     return tuple(sorted(now - context.undefined))
 
 
-__all__ = ["ModuleNames", "draft_undefined_names", "module_names"]
+__all__ = ["MAX_INDENT_COLUMNS", "ModuleNames", "draft_undefined_names", "module_names", "parses_in_place"]
