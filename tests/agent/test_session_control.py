@@ -335,3 +335,53 @@ async def test_reply_before_the_first_run_follows_the_task(server: ScriptedServe
     roles = [m["role"] for m in server.requests[0]["messages"]]
     assert roles == ["system", "user", "user"]
     assert "also keep it short" in server.requests[0]["messages"][2]["content"]
+
+
+# ----- a message while the agent works
+def _feedback_in(body: dict, text: str) -> bool:
+    return any(m.get("role") == "user" and text in str(m.get("content")) for m in body["messages"])
+
+
+async def test_a_message_while_it_works_goes_before_its_next_model_turn(server: ScriptedServer, make_agent) -> None:
+    server.push(Reply(text="thinking " * 40, chunk_chars=4, delay_s=0.01,
+                      tool_calls=[ToolCall("list_files", {"path": "."})]), DONE)
+    agent, rec = make_agent(server)
+    task = asyncio.create_task(agent.run())
+    await _until(lambda: len(rec.of(ev.TextStreamed)) > 3)
+    assert agent.takes_messages
+    agent.reply("also look at b.py")
+    assert (await task).ok and not agent.takes_messages
+    assert not _feedback_in(server.requests[0], "also look at b.py")
+    assert _feedback_in(server.requests[1], "also look at b.py")
+    assert [e.text for e in rec.of(ev.UserMessageAdded)] == ["also look at b.py"]  # announced once
+
+
+async def test_a_message_during_the_turn_that_finishes_is_answered_not_left_behind(
+        server: ScriptedServer, make_agent) -> None:
+    """The run's last turn (attempt_completion) was streaming when the user wrote: the run
+    used to end with the message queued, in the transcript and never in the history."""
+    slow_done = Reply(text="wrapping up " * 30, chunk_chars=4, delay_s=0.01,
+                      tool_calls=[ToolCall("attempt_completion", {"result": "finished"})])
+    server.push(slow_done, DONE)
+    agent, rec = make_agent(server)
+    task = asyncio.create_task(agent.run())
+    await _until(lambda: len(rec.of(ev.TextStreamed)) > 3)
+    agent.reply("and add a test")
+    outcome = await task
+    assert outcome.ok and len(server.requests) == 2
+    assert _feedback_in(server.requests[1], "and add a test")
+    assert [e.text for e in rec.of(ev.UserMessageAdded)] == ["and add a test"]
+
+
+async def test_a_message_before_a_stop_is_in_the_history_for_the_next_run(server: ScriptedServer, make_agent) -> None:
+    server.push(Reply(text="x" * 400, chunk_chars=1, delay_s=0.01))
+    agent, rec = make_agent(server)
+    task = asyncio.create_task(agent.run())
+    await _until(lambda: len(rec.of(ev.TextStreamed)) > 5)
+    agent.reply("use the other file")
+    agent.stop()
+    assert (await task).status is RunStatus.STOPPED
+    assert agent.messages[-1]["role"] == "user" and "use the other file" in str(agent.messages[-1]["content"])
+    server.push(DONE)
+    assert (await agent.run()).ok
+    assert _feedback_in(server.requests[-1], "use the other file")

@@ -183,8 +183,9 @@ async def test_needs_input_then_reply(tmp_path: Path, git_repo: Path, mock_http:
 async def test_a_message_to_a_working_session_is_refused_in_words_never_dropped(
         tmp_path: Path, git_repo: Path, mock_http: httpx.AsyncClient) -> None:
     """The follow-up box is always there; a message sent while the session works used to be
-    dropped without a word (start_session returned). It is refused now, so the window keeps
-    the text and says why."""
+    dropped without a word (start_session returned). A real agent takes it while it runs
+    (tests/fleet/test_fleet_agent.py); where the agent cannot (this stand-in, or a run that
+    starts or winds down) it is refused in words, so the window keeps the text and says why."""
     fleet = make_fleet(tmp_path / "data", mock_http, Script(steps=4, turn_s=0.3))
     await fleet.start()
     (s,) = await fleet.create_sessions(SessionSpec(task="t", repo=str(git_repo)), 1, start=True)

@@ -177,3 +177,26 @@ async def test_restore_checkpoint_and_mode(tmp_path: Path, git_repo: Path) -> No
         assert fleet.record(s.session_id).spec.mode == "plan"
         assert await fleet.disk_usage(s.session_id) > 0
         await fleet.aclose()
+
+
+@needs_bwrap  # its agents run commands unattended: only inside the sandbox
+async def test_a_follow_up_to_a_working_session_reaches_its_model(tmp_path: Path, git_repo: Path) -> None:
+    """Typed while the session works: the real agent takes it and its next model request
+    carries it (it was refused in words before its agent could take it; dropped before that)."""
+    async with ScriptedServer(responder=make_responder(delay_s=0.05)) as server, make_http_client() as http:
+        fleet = Fleet(data_dir=tmp_path / "data", endpoints=[server.endpoint],
+                      agent_factory=real_agent_factory(http), http=http, max_generating=2)
+        await fleet.start()
+        (s,) = await fleet.create_sessions(spec(git_repo, "f1"), 1, start=True)
+        for _ in range(500):  # its first model turn is streaming (not the factory's priming request)
+            if any("token=f1" in json.dumps(body.get("messages")) for body in server.requests):
+                break
+            await asyncio.sleep(0.01)
+        await fleet.reply(s.session_id, "and mention the token twice")
+        await asyncio.wait_for(fleet.wait_settled(), 60)
+        assert fleet.summary(s.session_id).state is S.DONE
+        asked = [json.dumps(body["messages"]) for body in server.requests]
+        assert "and mention the token twice" in asked[-1]
+        messages = await _check_history(fleet, s.session_id)
+        assert any(m["role"] == "user" and "mention the token twice" in str(m["content"]) for m in messages)
+        await fleet.aclose()

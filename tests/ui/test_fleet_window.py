@@ -274,7 +274,10 @@ def test_ask_before_every_action_asks_for_reads_too(qtbot, fleet_ui: FleetUI) ->
     ui.play(body)
 
 
-def test_a_follow_up_to_a_working_session_is_refused_and_stays_in_the_input(qtbot, fleet_ui: FleetUI) -> None:  # type: ignore[no-untyped-def]
+def test_a_follow_up_to_a_working_session_is_taken_and_reaches_the_model(qtbot, fleet_ui: FleetUI) -> None:  # type: ignore[no-untyped-def]
+    """Typed while the session waits for an approval (it works): the input clears, the
+    transcript shows it, and the model's next request carries it once the action is approved
+    (it was dropped without a word before)."""
     ui = fleet_ui
 
     async def body() -> None:
@@ -286,8 +289,12 @@ def test_a_follow_up_to_a_working_session_is_refused_and_stays_in_the_input(qtbo
         assert ui.window.in_focus_view and ui.window.focus.pane is pane
         qtbot.keyClicks(ui.window.focus.input, "also rename it")
         qtbot.keyClick(ui.window.focus.input, Qt.Key.Key_Return)
-        await ui.wait(lambda: ui.window.focus.input.text() == "also rename it")
-        await ui.wait(lambda: "not sent" in ui.window.notice_label.text())  # and says why
-        assert ui.state(sid) is S.AWAITING_APPROVAL
+        await ui.wait(lambda: "also rename it" in ui.window.focus.transcript.toPlainText())
+        assert ui.window.focus.input.text() == "" and "not sent" not in ui.window.notice_label.text()
+        (request,) = ui.fleet.pending_approvals()
+        from workstation.core.approvals import ApprovalDecision
+
+        ui.fleet.resolve_approval(sid, request.request_id, ApprovalDecision.approve())
+        await ui.wait(lambda: any("also rename it" in json.dumps(r) for r in ui.server.requests))
 
     ui.play(body)

@@ -236,3 +236,15 @@ def test_a_status_notice_keeps_its_details_in_the_tooltip(window) -> None:  # ty
     assert window.notice_label.toolTip().endswith("\n\nfix-median: you sent it 1 message")
     window.show_status("plain")
     assert window.notice_label.toolTip() == "plain"
+
+
+def test_a_follow_up_not_sent_goes_back_into_the_focus_input(window) -> None:  # type: ignore[no-untyped-def]
+    (sid, other) = add_panes(window, 2)
+    window.show_focus(window.panes[sid])
+    window.focus.keep_unsent(other, "for the other one")  # not the session shown: left alone
+    assert window.focus.input.text() == ""
+    window.focus.keep_unsent(sid, "also rename it")
+    assert window.focus.input.text() == "also rename it"
+    window.focus.input.setText("typed anew")
+    window.focus.keep_unsent(sid, "also rename it")  # what the user typed since wins
+    assert window.focus.input.text() == "typed anew"

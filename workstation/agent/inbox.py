@@ -33,6 +33,8 @@ class UserInbox:
         self._emit = emit
         self._append = append
         self._notes: list[str | list[dict[str, Any]]] = []
+        self._unsent: list[tuple[int, str, tuple[ImageAttachment, ...]]] = []
+        """The user's own queued messages (their place in ``_notes``, text, images)."""
         self.pending_question: str | None = None
         """The call id of the question the model waits on (its result is the answer)."""
         self.question: tuple[str, tuple[str, ...]] = ("", ())
@@ -44,8 +46,25 @@ class UserInbox:
 
     def queue(self, text: str, images: Sequence[ImageAttachment] = ()) -> None:
         """The user's feedback, sent before the next model turn."""
+        self._unsent.append((len(self._notes), text, tuple(images)))
         self._notes.append(user_content(prompts.user_feedback(text), images))
         self._announce(text, images)
+
+    @property
+    def has_unsent(self) -> bool:
+        """Whether a message of the user's waits to be delivered."""
+        return bool(self._unsent)
+
+    def settle(self, protocol: ToolProtocol | None) -> None:
+        """What is queued into the history now, as if the user had said it at rest: the first
+        of the user's messages answers a pending question, the rest follow as feedback (a run
+        ended, by its last turn or by a stop, before its next model turn could take them).
+        Already announced when queued: not announced again."""
+        if self.pending_question is not None and self._unsent:
+            place, text, images = self._unsent[0]
+            del self._notes[place]
+            self._answer_question(text, images, protocol)
+        self.deliver()
 
     def queue_note(self, content: str) -> None:
         """A note of the app's own (a mode switch), sent before the next model turn."""
@@ -56,6 +75,7 @@ class UserInbox:
         for note in self._notes:  # text, or text and images (images.user_content)
             self._append({"role": "user", "content": note})
         self._notes.clear()
+        self._unsent.clear()
 
     def asked(self, call_id: str, question: str, options: tuple[str, ...]) -> None:
         """The model asked the user a question; its answer is the call's result."""
@@ -66,16 +86,20 @@ class UserInbox:
         """The user's reply into the history now: the pending question's result (a tool result
         carries text only, so its images follow as the user's message), or feedback."""
         if self.pending_question is not None:
-            call = RawCall(self.pending_question, QUESTION_TOOL, "{}")
-            answer = prompts.question_answer(text)
-            self._append(tool_result_message(protocol or ToolProtocol.NATIVE, call, {}, answer))
-            self._emit(ev.ToolCallFinished(self._session_id, call.id, call.name, "ok", answer))
-            self.pending_question = None
-            if images:
-                self._append({"role": "user", "content": user_content(prompts.IMAGES_WITH_ANSWER, images)})
+            self._answer_question(text, images, protocol)
         else:
             self._append({"role": "user", "content": user_content(prompts.user_feedback(text), images)})
         self._announce(text, images)
+
+    def _answer_question(self, text: str, images: Sequence[ImageAttachment], protocol: ToolProtocol | None) -> None:
+        assert self.pending_question is not None
+        call = RawCall(self.pending_question, QUESTION_TOOL, "{}")
+        answer = prompts.question_answer(text)
+        self._append(tool_result_message(protocol or ToolProtocol.NATIVE, call, {}, answer))
+        self._emit(ev.ToolCallFinished(self._session_id, call.id, call.name, "ok", answer))
+        self.pending_question = None
+        if images:
+            self._append({"role": "user", "content": user_content(prompts.IMAGES_WITH_ANSWER, images)})
 
     def images_attached(self, images: Sequence[ImageAttachment], *, with_task: bool) -> None:
         if images:

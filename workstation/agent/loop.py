@@ -111,6 +111,9 @@ class Agent:
         self._resumed.set()
         self._stop_requested = False
         self._run_task: asyncio.Task[Any] | None = None
+        self._takes_messages = False
+        """True while a message can still reach this run's model (queued, then delivered before
+        a model turn, or settled into the history when the run ends)."""
         self._idle = asyncio.Event()
         self._idle.set()
         self._baseline_done = False
@@ -146,6 +149,12 @@ class Agent:
         return self._run_task is not None
 
     @property
+    def takes_messages(self) -> bool:
+        """Whether :meth:`reply` now reaches this run (a fleet hands a working session's
+        follow-up here); False while a run winds down."""
+        return self._takes_messages
+
+    @property
     def context_tokens(self) -> int:
         return self._model_turns.estimate_context()
 
@@ -168,7 +177,13 @@ class Agent:
                                  max_result_chars=self.config.result_char_cap(),
                                  start_timeout_s=self.config.mcp_start_timeout_s)
                     self._calls.tools = ToolSet(await hub.start())
+                self._takes_messages = True
                 outcome = await self._run()
+                while outcome.status in (RunStatus.COMPLETED, RunStatus.NEEDS_INPUT) and self._inbox.has_unsent:
+                    # the user wrote during the turn that ended the run: answered now, not left behind
+                    self._inbox.settle(self._protocol)
+                    self._heard_user()
+                    outcome = await self._run()
             except asyncio.CancelledError:
                 if not self._stop_requested:
                     self._repair_tail()
@@ -183,6 +198,9 @@ class Agent:
                 self._repair_tail()
                 outcome = self._outcome(RunStatus.FAILED, f"internal error: {exc!r}")
         finally:
+            self._takes_messages = False
+            if self._inbox.has_unsent:  # stopped, paused or failed first: the next run sees them
+                self._inbox.settle(self._protocol)
             if hub is not None:
                 await hub.aclose()  # in the run's own task: the servers' clients were entered here
                 self._calls.tools = BUILTIN
@@ -223,17 +241,23 @@ class Agent:
         """The user's answer to a question, or feedback (with images, for a model that takes
         them: else :class:`UserError`); call ``run()`` again to continue.
 
-        While the agent runs, the text is queued and sent before its next model turn.
+        While the agent runs, the text is queued and sent before its next model turn; when
+        the turn under way ends the run (a finish, a question), the run goes on with it; when
+        the run is stopped first, it is in the history for the next one.
         """
         images = tuple(images)
         if images:
             self._check_images(images)
-        if self._run_task is not None or not self._messages:
+        if self._takes_messages or not self._messages:
             self._inbox.queue(text, images)
             return
         if self._needs_repair:
             self._repair_tail()
         self._inbox.answer(text, images, self._protocol)
+        self._heard_user()
+
+    def _heard_user(self) -> None:
+        """The user spoke: the mistakes, a finish or a wait for them are behind."""
         self._mistakes = 0
         self._needs_input = False
         self._completed = False

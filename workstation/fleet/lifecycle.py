@@ -1,12 +1,11 @@
 """The commands that move a session between working and resting: start (or continue with a
 message), reply, pause, stop, and the "all" forms. It owns the checks a command passes
-before a driver is launched or ended — a message to a session that is working is refused in
-words, never dropped; a session being prepared, without its worktree, waiting for its engine
-or over its budget does not start — and the one way a driver is launched or ended
-(``launch``, ``end_driver``), which the failover and the runner relaunch through.
-
-Kept apart from the fleet's façade, which delegates here: the follow-up messages a working
-session will queue belong with these checks.
+before a driver is launched or ended — a message to a session that is working goes to its
+agent (sent before its next model turn), and where it cannot (the run starts or winds
+down) it is refused in words, never dropped; a session being prepared, without its
+worktree, waiting for its engine or over its budget does not start — and the one way a
+driver is launched or ended (``launch``, ``end_driver``), which the failover and the runner
+relaunch through. Kept apart from the fleet's façade, which delegates here.
 """
 
 from __future__ import annotations
@@ -14,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+from workstation.agent.images import load_images
 from workstation.core.errors import UserError
 from workstation.core.session_state import SessionState as S, check_transition
 from workstation.fleet.admission import Admission
@@ -66,12 +66,15 @@ class SessionLifecycle:
         self._require_open()
         rec = self._book.rec(session_id)
         if self._drivers.alive(session_id):
-            if message is not None:  # never dropped in silence: the user keeps the text and is told
-                if rec.state is S.NEEDS_INPUT or rec.state.is_finished:
-                    raise UserError(f"{rec.name} is still winding down; try again in a moment")
-                raise UserError(f"{rec.name} is working ({rec.state.value.replace('_', ' ')}): the message was "
-                                "not sent", hint="send it when the session asks for input, or pause it first")
-            return
+            if message is None:
+                return
+            agent = self._drivers.agent(session_id)
+            if agent is not None and getattr(agent, "takes_messages", False):
+                agent.reply(message, load_images(images))  # type: ignore[attr-defined]  # before its next turn
+                return
+            # never dropped in silence: the user keeps the text and is told
+            when = "winding down" if rec.state is S.NEEDS_INPUT or rec.state.is_finished else "starting"
+            raise UserError(f"{rec.name} is still {when}: the message was not sent; try again in a moment")
         if rec.state is S.PREPARING:
             raise UserError(f"{rec.name} is still being prepared")
         if not Path(rec.worktree_path).is_dir():
