@@ -107,18 +107,24 @@ def test_the_grid_comes_from_the_store_at_once_and_working_sessions_resume_with_
     run(qloop, body())
 
 
-def test_sessions_moved_to_another_endpoint_ask_before_they_go_on(
-        qtbot, qloop, settings, calc_repo: Path, server: ScriptedServer) -> None:  # type: ignore[no-untyped-def]
+async def _one_session_awaiting_approval(qtbot, settings, repo: Path, server: ScriptedServer) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """A first window's session, left waiting for an approval when its window closes: it was
+    working, so the next start resumes it. Its id and name."""
     from workstation.ui.backend import NewSessionRequest
 
+    first = _window(qtbot, settings)
+    async with fleet_on(first, settings, server.endpoint) as (_fleet, commands):
+        await commands.create_sessions(NewSessionRequest(task=TASK, repo_path=str(repo)))
+        await wait_until(lambda: len(first.panes) == 1)
+        (sid,) = first.panes
+        await wait_until(lambda: first.panes[sid].info.state is S.AWAITING_APPROVAL)
+        return sid, first.panes[sid].info.name
+
+
+def test_sessions_moved_to_another_endpoint_ask_before_they_go_on(
+        qtbot, qloop, settings, calc_repo: Path, server: ScriptedServer) -> None:  # type: ignore[no-untyped-def]
     async def body() -> None:
-        first = _window(qtbot, settings)
-        async with fleet_on(first, settings, server.endpoint) as (_fleet, commands):
-            await commands.create_sessions(NewSessionRequest(task=TASK, repo_path=str(calc_repo)))
-            await wait_until(lambda: len(first.panes) == 1)
-            (sid,) = first.panes
-            await wait_until(lambda: first.panes[sid].info.state is S.AWAITING_APPROVAL)
-            name = first.panes[sid].info.name
+        sid, name = await _one_session_awaiting_approval(qtbot, settings, calc_repo, server)
         window = _window(qtbot, settings)
         other = dataclasses.replace(server.endpoint, name="other-model")  # another engine now
         async with fleet_on(window, settings, other) as (fleet, _commands):
@@ -143,15 +149,8 @@ def test_the_moved_question_closes_when_its_sessions_are_removed(
     """``workstation demo`` asks nothing of the sessions it replaces: the question about moved
     sessions, asked at the fleet's start, closed when the demo removed them (it stayed open,
     naming 32 sessions that no longer existed)."""
-    from workstation.ui.backend import NewSessionRequest
-
     async def body() -> None:
-        first = _window(qtbot, settings)
-        async with fleet_on(first, settings, server.endpoint) as (_fleet, commands):
-            await commands.create_sessions(NewSessionRequest(task=TASK, repo_path=str(calc_repo)))
-            await wait_until(lambda: len(first.panes) == 1)
-            (sid,) = first.panes
-            await wait_until(lambda: first.panes[sid].info.state is S.AWAITING_APPROVAL)
+        sid, _name = await _one_session_awaiting_approval(qtbot, settings, calc_repo, server)
         window = _window(qtbot, settings)
         other = dataclasses.replace(server.endpoint, name="other-model")
         async with fleet_on(window, settings, other) as (fleet, _commands):
