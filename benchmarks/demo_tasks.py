@@ -31,11 +31,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workstation.config import load_settings  # noqa: E402
 from workstation.core import agent_events as ev  # noqa: E402
 from workstation.core.session_state import SessionState  # noqa: E402
 from workstation.fleet.demo_run import demo_specs, prepare_demo  # noqa: E402
-from workstation.services import Services, served_endpoint  # noqa: E402
+from workstation.services import Services  # noqa: E402
+from benchmarks._endpoint import add_endpoint_args, on_endpoint  # noqa: E402
 
 TEST_TIMEOUT_S = 120.0
 
@@ -159,10 +159,7 @@ def table(result: dict) -> str:
 
 
 async def main(args: argparse.Namespace) -> dict:
-    settings = load_settings()
-    async with served_endpoint(settings, args.endpoint, args.api_key, args.model,
-                               say=lambda m: print(f"engine: {m}", file=sys.stderr)) as endpoint:
-        return await run(args, endpoint, settings)
+    return await on_endpoint(args, lambda endpoint, settings: run(args, endpoint, settings))
 
 
 if __name__ == "__main__":
@@ -173,9 +170,7 @@ if __name__ == "__main__":
     parser.add_argument("--max-steps", type=int, default=30, help="turns per task (steps the task's state decides count too)")
     parser.add_argument("--concurrency", type=int, default=8, help="sessions generating at once")
     parser.add_argument("--timeout-s", type=float, default=1800)
-    parser.add_argument("--endpoint", help="OpenAI-compatible endpoint (default: start the managed engine)")
-    parser.add_argument("--api-key", default="")
-    parser.add_argument("--model")
+    add_endpoint_args(parser)
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     parser.add_argument("--json", action="store_true", help="end with the JSON line only after the table")
     parser.add_argument("--transcripts", action="store_true", help="print each task's calls and code (stderr)")

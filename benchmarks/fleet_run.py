@@ -36,7 +36,8 @@ from workstation.core import agent_events as ev  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
 from workstation.core.session_state import SessionState  # noqa: E402
 from workstation.fleet import SessionSpec  # noqa: E402
-from workstation.services import Services, served_endpoint  # noqa: E402
+from workstation.services import Services  # noqa: E402
+from benchmarks._endpoint import add_endpoint_args, on_endpoint  # noqa: E402
 from workstation.fleet.sample_repos import scratch_repository  # noqa: E402
 from workstation.tuning.agent_check import FILES, TASKS  # noqa: E402  (the agent check's repository)
 from workstation.tuning.loadgen import counter_delta  # noqa: E402
@@ -142,10 +143,7 @@ async def run(args: argparse.Namespace, endpoint: Endpoint, observe=None) -> dic
 
 
 async def main(args: argparse.Namespace) -> dict:
-    settings = load_settings()
-    async with served_endpoint(settings, args.endpoint, args.api_key, args.model,
-                               say=lambda m: print(f"engine: {m}", file=sys.stderr)) as endpoint:
-        return await run(args, endpoint)
+    return await on_endpoint(args, lambda endpoint, settings: run(args, endpoint))
 
 
 if __name__ == "__main__":
@@ -154,9 +152,7 @@ if __name__ == "__main__":
     parser.add_argument("--max-steps", type=int, default=8, help="model turns per session")
     parser.add_argument("--temperature", type=float, default=None)
     parser.add_argument("--timeout-s", type=float, default=1800)
-    parser.add_argument("--endpoint", help="OpenAI-compatible endpoint (default: start the managed engine)")
-    parser.add_argument("--api-key", default="")
-    parser.add_argument("--model")
+    add_endpoint_args(parser)
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     result = asyncio.run(main(parser.parse_args()))
     width = max(len(k) for k in result)

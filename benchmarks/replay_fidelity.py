@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workstation.config import load_settings  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
-from workstation.services import Services, served_endpoint  # noqa: E402
+from workstation.services import Services  # noqa: E402
+from benchmarks._endpoint import add_endpoint_args, on_endpoint  # noqa: E402
 from workstation.tuning.capture import TrafficRecorder  # noqa: E402
 from workstation.tuning.fleet_capture import estimate_common_prefix  # noqa: E402
 from workstation.tuning.loadgen import LoadGenerator, workload_from_shape  # noqa: E402
@@ -129,10 +130,7 @@ async def run(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, Any]:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    settings = load_settings()
-    async with served_endpoint(settings, args.endpoint, args.api_key, args.model,
-                               say=lambda m: print(f"engine: {m}", file=sys.stderr)) as endpoint:
-        return await run(args, endpoint)
+    return await on_endpoint(args, lambda endpoint, settings: run(args, endpoint))
 
 
 if __name__ == "__main__":
@@ -142,9 +140,7 @@ if __name__ == "__main__":
     parser.add_argument("--timeout-s", type=float, default=900)
     parser.add_argument("--replay-s", type=float, default=60.0, help="the replay's measured window")
     parser.add_argument("--pairs", type=int, default=4, help="constrained / unconstrained pairs")
-    parser.add_argument("--endpoint", help="OpenAI-compatible endpoint (default: start the managed engine)")
-    parser.add_argument("--api-key", default="")
-    parser.add_argument("--model")
+    add_endpoint_args(parser)
     result = asyncio.run(main(parser.parse_args()))
     width = max(len(k) for k in result)
     for key, value in result.items():
