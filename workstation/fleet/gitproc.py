@@ -184,6 +184,17 @@ class GitRunner:
         """stdout of a successful call, stripped."""
         return (await self.run(args, cwd=cwd, **kw)).stdout.strip()
 
+    async def rev(self, ref: str, *, cwd: Path | str | None = None, strict: bool = False) -> str | None:
+        """The object id ``ref`` names (``rev-parse --verify --quiet``; peel it, ``x^{commit}``,
+        where a commit is meant), None where it names none. ``strict``: a failure other than
+        "no such object" (not a repository, unreadable) raises instead of reading as none."""
+        res = await self.run(["rev-parse", "--verify", "--quiet", ref], cwd=cwd, check=False)
+        if res.ok and res.stdout.strip():
+            return res.stdout.strip()
+        if strict and res.returncode not in (0, 1):
+            raise GitCommandError(res)
+        return None
+
     def repo_lock(self, common_dir: Path | str) -> asyncio.Lock:
         """A lock per repository for commands that change its shared worktree bookkeeping
         (``worktree add/remove/prune``): git reads other worktrees' half-written entries

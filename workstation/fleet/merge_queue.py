@@ -181,7 +181,7 @@ async def run_queue(
                             f"one queue merges into one repository")
     if len({i.session_id for i in items}) != len(items):
         raise UserError("a session is named twice in the queue")
-    start = await _rev(git, repo_path, f"refs/heads/{into}")
+    start = await git.rev(f"refs/heads/{into}^{{commit}}", cwd=repo_path)
     if start is None:
         raise UserError(f"target branch {into!r} does not exist in {repo_path}")
     report = MergeReport(into, commit=start)
@@ -228,13 +228,13 @@ async def _trial(git: GitRunner, items: Sequence[QueueItem], trial: Path, report
         if dirty:
             raise _Stop(item, "uncommitted", f"{item.name} has uncommitted changes ({len(dirty)} file(s), "
                                              f"e.g. {dirty[0]}); mark it ready again to commit them")
-        if await _rev(git, ws.repo_path, f"refs/heads/{ws.branch}") is None:
+        if await git.rev(f"refs/heads/{ws.branch}^{{commit}}", cwd=ws.repo_path) is None:
             raise _Stop(item, "error", f"the branch {ws.branch} of {item.name} no longer exists")
     ident = await git.identity_args(trial)
     head = await git.out(["rev-parse", "HEAD"], cwd=trial)
     for item in items:
         ws = item.workspace
-        tip = await _rev(git, ws.repo_path, f"refs/heads/{ws.branch}")
+        tip = await git.rev(f"refs/heads/{ws.branch}^{{commit}}", cwd=ws.repo_path)
         assert tip is not None
         ahead = await git.run(["merge-base", "--is-ancestor", tip, head], cwd=trial, check=False)
         if ahead.ok:
@@ -332,11 +332,6 @@ async def _common_dir(git: GitRunner, path: Path) -> str:
         raise UserError(f"the repository {path} is gone")
     out = await git.out(["rev-parse", "--path-format=absolute", "--git-common-dir"], cwd=path)
     return os.path.realpath(out)
-
-
-async def _rev(git: GitRunner, cwd: Path, ref: str) -> str | None:
-    res = await git.run(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=cwd, check=False)
-    return res.stdout.strip() if res.ok else None
 
 
 async def _conflicted(git: GitRunner, cwd: Path) -> list[str]:

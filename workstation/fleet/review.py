@@ -176,10 +176,10 @@ async def integrate(git: GitRunner, ws: Workspace, *, rebase: bool = False,
             hint="commit them in review first, or discard them",
         )
     base_ref = f"refs/heads/{ws.base_branch}"
-    base_tip = await _rev(git, ws.repo_path, base_ref)
+    base_tip = await git.rev(f"{base_ref}^{{commit}}", cwd=ws.repo_path)
     if base_tip is None:
         raise UserError(f"base branch {ws.base_branch} no longer exists in {ws.repo_path}")
-    tip = await _rev(git, ws.repo_path, f"refs/heads/{ws.branch}")
+    tip = await git.rev(f"refs/heads/{ws.branch}^{{commit}}", cwd=ws.repo_path)
     if tip is None:
         raise UserError(f"branch {ws.branch} no longer exists")
     mb = await git.run(["merge-base", base_ref, tip], cwd=ws.repo_path, check=False)
@@ -293,11 +293,6 @@ def _require_worktree(ws: Workspace) -> None:
     if not ws.worktree_path.is_dir():
         raise UserError(f"the session's worktree {ws.worktree_path} is gone",
                         hint="remove the session, or clean up orphaned worktrees")
-
-
-async def _rev(git: GitRunner, cwd: Path, ref: str) -> str | None:
-    res = await git.run(["rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"], cwd=cwd, check=False)
-    return res.stdout.strip() if res.ok else None
 
 
 async def _checkout_of(git: GitRunner, repo_path: Path, branch: str) -> Path | None:

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from workstation.agent.checkpoints import ref_for
-from workstation.fleet.gitproc import GitCommandError, GitResult, GitRunner
+from workstation.fleet.gitproc import GitCommandError, GitRunner
 from workstation.fleet.session import SessionRecord
 from workstation.fleet.store import Store, StoredEvent
 
@@ -77,9 +77,9 @@ async def repository_work(git: GitRunner, repo: Path) -> tuple[str, ...]:
     branch counts: the sessions' own are gone by the time this is asked), changed or new
     files in its checkout. A repository git cannot read counts as the user's."""
     try:
-        authors = await _run(git, ["log", "--branches", "--format=%ae"], repo)
-        heads = await _run(git, ["for-each-ref", "--format=%(refname)", "refs/heads"], repo)
-        status = await _run(git, ["status", "--porcelain", "-z", "--untracked-files=all"], repo)
+        authors = await git.run(["log", "--branches", "--format=%ae"], cwd=repo)
+        heads = await git.run(["for-each-ref", "--format=%(refname)", "refs/heads"], cwd=repo)
+        status = await git.run(["status", "--porcelain", "-z", "--untracked-files=all"], cwd=repo)
     except (GitCommandError, OSError) as exc:
         return (f"it could not be read ({exc}), so it counts as yours",)
     reasons = []
@@ -159,14 +159,16 @@ def agent_wrote_until(events: Sequence[StoredEvent], *, checkpointed: bool) -> f
 async def _git_reasons(git: GitRunner, rec: SessionRecord, worktree: Path,
                        events: Sequence[StoredEvent]) -> list[str]:
     reasons = []
-    head = await _run(git, ["symbolic-ref", "-q", "HEAD"], worktree, ok=(0, 1))
+    head = await git.run(["symbolic-ref", "-q", "HEAD"], cwd=worktree, check=False)  # 1: detached
+    if head.returncode not in (0, 1):
+        raise GitCommandError(head)
     if rec.branch and head.stdout.strip() != f"refs/heads/{rec.branch}":
         other = head.stdout.strip().removeprefix("refs/heads/")
         reasons.append(f"its worktree has {other} checked out" if other else "its worktree has a detached HEAD")
     if rec.branch and rec.start_commit:
-        tip = await _rev(git, worktree, f"refs/heads/{rec.branch}^{{commit}}")
+        tip = await git.rev(f"refs/heads/{rec.branch}^{{commit}}", cwd=worktree, strict=True)
         if tip is not None and tip != rec.start_commit:
-            ahead = int((await _run(git, ["rev-list", "--count", f"{rec.start_commit}..{tip}"], worktree)).stdout)
+            ahead = int((await git.run(["rev-list", "--count", f"{rec.start_commit}..{tip}"], cwd=worktree)).stdout)
             reasons.append(f"its branch {rec.branch} has {_count(ahead, 'commit')} of its own" if ahead
                            else f"its branch {rec.branch} was moved")
     changed = await changed_files(git, rec, worktree, events)
@@ -180,14 +182,14 @@ async def changed_files(git: GitRunner, rec: SessionRecord, worktree: Path,
                         events: Sequence[StoredEvent]) -> list[str]:
     """The worktree's files (paths relative to it) that differ from the agent's latest
     checkpoint and that no step of the agent explains."""
-    checkpoint = await _rev(git, worktree, f"{ref_for(rec.session_id)}^{{tree}}")
-    base = checkpoint or await _rev(git, worktree, "HEAD^{tree}")
+    checkpoint = await git.rev(f"{ref_for(rec.session_id)}^{{tree}}", cwd=worktree, strict=True)
+    base = checkpoint or await git.rev("HEAD^{tree}", cwd=worktree, strict=True)
     if base is None:
         return []
     now = await _worktree_tree(git, worktree)
     if now == base:
         return []
-    out = (await _run(git, ["diff-tree", "-r", "-z", "--no-renames", "--name-status", base, now], worktree)).stdout
+    out = (await git.run(["diff-tree", "-r", "-z", "--no-renames", "--name-status", base, now], cwd=worktree)).stdout
     fields = out.split("\0")
     entries = [(fields[i], fields[i + 1]) for i in range(0, len(fields) - 1, 2) if fields[i]]
     until = agent_wrote_until(events, checkpointed=checkpoint is not None)
@@ -221,16 +223,6 @@ async def _worktree_tree(git: GitRunner, worktree: Path) -> str:
         await git.blocking(shutil.rmtree, tmp, True)
 
 
-async def _rev(git: GitRunner, cwd: Path, ref: str) -> str | None:
-    res = await _run(git, ["rev-parse", "--verify", "-q", ref], cwd, ok=(0, 1))
-    return res.stdout.strip() if res.returncode == 0 and res.stdout.strip() else None
-
-
-async def _run(git: GitRunner, args: list[str], cwd: Path, *, ok: tuple[int, ...] = (0,)) -> GitResult:
-    res = await git.run(args, cwd=cwd, check=False)
-    if res.returncode not in ok:
-        raise GitCommandError(res)
-    return res
 
 
 def _count(n: int, noun: str) -> str:
