@@ -3,7 +3,7 @@ throughput meters and of the traffic shape the tuner optimizes for."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,3 +162,8 @@ class OpenRequests:
     def on(self, base_url: str) -> int:
         """Requests open to the endpoint at ``base_url``."""
         return self._open.get(base_url, 0)
+
+
+TokenObserver = Callable[[str, int], None]
+"""``(session_id, tokens)``: a delta of one of a session's requests carried ``tokens``
+generated tokens (its ``events``); what a fleet's panes count, from its chat clients."""

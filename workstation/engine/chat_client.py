@@ -26,7 +26,9 @@ import httpx
 import orjson
 
 from workstation.core.endpoints import Endpoint
-from workstation.core.requests import OpenRequests, PromptLedger, RequestRecord, common_prefix_bytes, constraint_of
+from workstation.core.requests import (
+    OpenRequests, PromptLedger, RequestRecord, TokenObserver, common_prefix_bytes, constraint_of,
+)
 from workstation.engine.sse import (
     DONE,
     ChatDelta,
@@ -46,9 +48,6 @@ DRAIN_TIMEOUT_S = 1.0
 """How long to read on after ``[DONE]`` for the end of the response (keeps the connection)."""
 
 RequestObserver = Callable[[RequestRecord], None]
-TokenObserver = Callable[[str, int], None]
-"""``(session_id, tokens)``: a delta of one of the session's requests carried ``tokens``
-generated tokens (its ``events``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ import httpx
 from workstation.core.approvals import ApprovalDecision, ApprovalRequest
 from workstation.core.endpoints import Endpoint
 from workstation.core.errors import UserError
-from workstation.core.requests import OpenRequests, PromptLedger, RequestRecord
+from workstation.core.requests import OpenRequests, PromptLedger, RequestRecord, TokenObserver
 from workstation.fleet.session import SessionSpec
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
         self.request_observers: list[RequestObserver] = []
         """One list, shared by every chat client this factory made or will make: an observer
         added here sees each model request (one record per request, with its ``n``)."""
-        self.token_observers: list[Callable[[str, int], None]] = []
+        self.token_observers: list[TokenObserver] = []
         """One list, shared by every chat client this factory made or will make: told each
         streamed delta's generated tokens of a session (``(session_id, tokens)``)."""
         self.open_requests = open_requests if open_requests is not None else OpenRequests()

@@ -123,7 +123,7 @@ class SessionLifecycle:
         """Stop the session (and its dev server); it keeps its history and can start again."""
         rec = self._book.rec(session_id)
         await self._servers.stop(session_id)  # the dev server stops with its session
-        if rec.state in (S.STOPPED, S.PREPARING) or rec.state in (S.DONE, S.FAILED):
+        if rec.state is S.PREPARING or rec.state.is_finished:
             return
         await self.end_driver(session_id)
         self._book.set_state(session_id, S.STOPPED, "stopped by the user")

@@ -28,17 +28,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import TypeAlias
 
 from workstation.core.fleet_events import FleetCostChanged, SessionStatsChanged, SessionSummary
+from workstation.core.requests import TokenObserver
 from workstation.fleet.book import SessionBook
 from workstation.fleet.costs import SessionCosts
 from workstation.fleet.session import SessionRecord
 from workstation.telemetry.streams import StreamCounters, UsageLike
 
 STATS_INTERVAL_S = 0.5
-TokenObserver: TypeAlias = Callable[[str, int], None]
-"""``(session_id, tokens)``: a chat client streamed ``tokens`` generated tokens of a session."""
 
 
 class SessionStats:

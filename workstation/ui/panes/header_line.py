@@ -3,7 +3,7 @@ right (tok/s, tokens, cost); row 2: ``repo · branch · mode · marks`` on the l
 (or why the session waits) on the right.
 
 Row 1 keeps the name whole before the figures: the cost goes first, then the token count;
-the live rate stays.
+the first figure shown (the live rate while it streams) stays.
 
 At 32 panes on a 1920-px screen a tile is about 236 px wide: both halves never fit whole.
 The state comes first — it is what the user reads the grid for — so it keeps its full text
