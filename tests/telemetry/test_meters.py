@@ -303,3 +303,13 @@ async def test_the_per_engine_series_count_over_the_same_window_as_the_strip() -
         assert len(after) == 8 and all(math.isnan(v) for v in after[-2:])  # a gap, then no rate from one reading
         scrape_at(scraper, 103.0, generated=1110.0)
         assert meters.series.get("engine.local.generation_tokens_per_s").values()[-1] == pytest.approx(10.0)
+
+
+async def test_a_removed_engines_last_rate_leaves_the_total() -> None:
+    meters = make_meters(httpx.AsyncClient())
+    scraper = meters.scrapers["local"]
+    scrape_at(scraper, 5.0, generated=0.0)
+    scrape_at(scraper, 10.0, generated=10.0)
+    assert meters.tokens_per_s == pytest.approx(2.0)
+    await meters.remove_endpoint("local")
+    assert not meters.tokens_per_s

@@ -205,6 +205,7 @@ class Meters:
 
     async def remove_endpoint(self, name: str) -> None:
         await self.engines.remove(name)
+        self._engine_rates.pop(name, None)  # its last rate must not stay in the total
 
     def set_api_price(self, model: str | None) -> ApiPrice | None:
         """Compare against another paid API (``model`` or ``provider/model``)."""
