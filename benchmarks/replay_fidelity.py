@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from workstation.config import load_settings  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
 from workstation.services import Services  # noqa: E402
+from workstation.telemetry.host import process_tree  # noqa: E402
 from benchmarks._endpoint import add_endpoint_args, on_endpoint  # noqa: E402
 from workstation.tuning.capture import TrafficRecorder  # noqa: E402
 from workstation.tuning.fleet_capture import estimate_common_prefix  # noqa: E402
@@ -74,14 +75,7 @@ def engine_processes(endpoint: Endpoint) -> list[psutil.Process]:
                 and c.status == psutil.CONN_LISTEN and c.pid}
     except (psutil.AccessDenied, OSError):
         return []
-    procs: list[psutil.Process] = []
-    for pid in pids:
-        try:
-            root = psutil.Process(pid)
-            procs += [root, *root.children(recursive=True)]
-        except psutil.Error:
-            continue
-    return procs
+    return [p for pid in pids for p in process_tree(pid)]
 
 
 def cpu_s(procs: list[psutil.Process]) -> float:

@@ -24,19 +24,13 @@ from typing import Any
 
 import psutil
 
+from workstation.telemetry.host import process_tree
+
 SAMPLE_S = 0.05
 
 
 def _tree(root_pid: int | None) -> list[psutil.Process]:
-    procs = [psutil.Process()]
-    if root_pid is None:
-        return procs
-    try:
-        root = psutil.Process(root_pid)
-        procs += [root, *root.children(recursive=True)]
-    except psutil.Error:
-        pass
-    return procs
+    return [psutil.Process(), *(process_tree(root_pid) if root_pid is not None else [])]
 
 
 def _cpu_s(proc: psutil.Process) -> float | None:
