@@ -220,7 +220,7 @@ class SafeSwitch:
         engine = await self._in_flight(endpoint)
         return max(engine or 0, self._open_requests(endpoint.base_url))
 
-    async def _drain(self, endpoint: Endpoint, new: EngineLike | None) -> tuple[float, int | None]:
+    async def _drain(self, endpoint: Endpoint, new: EngineLike | None) -> tuple[float, int]:
         """Wait until nothing is open to the old engine for ``settle_s``; returns (seconds,
         requests left at the end)."""
         t0 = time.monotonic()
@@ -301,7 +301,7 @@ class SafeSwitch:
                                 old_ep=old_ep, new_ep=None, t0=t0, start_new_s=None,
                                 drain_s=None, in_flight=None, left=None), self.old
         self._set(SwitchPhase.RETARGETING, new_ep.base_url)
-        in_flight = await self._in_flight(old_ep)
+        in_flight = await self._left(old_ep)
         await self._point_at(new_ep)
         say(f"clients now use {new_ep.base_url}; {in_flight} request(s) finishing on the old engine")
         self._set(SwitchPhase.DRAINING)
@@ -325,7 +325,7 @@ class SafeSwitch:
 
     async def _restart(self, profile: Profile, old_ep: Endpoint, t0: float,
                        say: Callable[[str], None]) -> tuple[SwitchReport, EngineLike]:
-        in_flight = await self._in_flight(old_ep)
+        in_flight = await self._left(old_ep)
         self._set(SwitchPhase.DRAINING, "no spare device: draining the live engine first")
         drain_s, left = await self._drain(old_ep, None)
         self._set(SwitchPhase.STOPPING_OLD)
