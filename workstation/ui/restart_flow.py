@@ -84,7 +84,8 @@ class RestartFlow:
         left.discard(session_id)
         if not left:
             self._asking = None
-            dialog.reject()
+            if self.window.confirmations.dialog is dialog:  # still open (Confirmations knows)
+                dialog.reject()
 
     def ask_moved(self, event: SessionsMovedEndpoint) -> None:
         """Name the sessions whose endpoint is gone; yes resumes them on the current one."""
@@ -106,8 +107,3 @@ class RestartFlow:
             note="They were working when the app stopped. Another model answers differently; they wait "
                  "paused until you say so (each can also be resumed from its pane, Ctrl+P).")
         self._asking = (dialog, left)
-        dialog.finished.connect(lambda _code, d=dialog: self._closed(d))
-
-    def _closed(self, dialog: ConfirmDialog) -> None:
-        if self._asking is not None and self._asking[0] is dialog:
-            self._asking = None
