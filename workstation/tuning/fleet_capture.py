@@ -90,9 +90,9 @@ async def capture_fleet_shape(
     try:
         ids: list[str] = []
         for p in planned:
-            # approved as the demo approves them (its commands run in the settings' sandbox): with
-            # commands refused, a guided session cannot run its tests, finishes "untested" at
-            # once and finishes again, without a model request, on every follow-up
+            # a task the manifest auto-approves approves everything, as in the demo (its commands
+            # run in the settings' sandbox): with commands refused, a guided session cannot run
+            # its tests, finishes "untested" at once, and did so again on every follow-up
             spec = SessionSpec(task=p.task.prompt, repo=str(repos[p.repository.name]), name=p.name,
                                mode=p.task.mode.value, headless=True,
                                auto_approve=("all",) if p.task.auto_approve else ("read", "edit"))

@@ -20,8 +20,8 @@ garbage collections of the app's whole heap, and a collection holds the GIL thro
 GIL itself cost every loop wake-up up to a switch interval (5 ms). In a child process
 neither reaches the loop (blocks of 4-6 ms, measured). The children are started with
 ``spawn`` (forking a process with Qt and threads is unsafe), ignore Ctrl-C (the app's to
-handle) and import this package once (~1 s, ~80 MB each, at the first guided edit); each
-keeps its own caches (:mod:`.symbols`), used by one thread only. As with any ``spawn``, a
+handle) and import this package once (~1 s, ~80 MB each, at the first guided turn: even a
+read asks for the files' edit targets); each keeps its own caches (:mod:`.symbols`). As with any ``spawn``, a
 child imports the main script again (as ``__mp_main__``): a script that runs guided sessions
 keeps its work under ``if __name__ == "__main__":`` (``python -m`` modules are not imported).
 """
@@ -128,8 +128,8 @@ def edit_targets_of(texts_now: dict[str, str], state: GuidedState, ws: Workspace
 
 @dataclass(frozen=True, slots=True)
 class EditSite:
-    """Where an edit's drafts go and what they are compared with (immutable: the check
-    threads read it while the loop goes on)."""
+    """Where an edit's drafts go and what they are compared with (immutable: sent to a
+    check process as it is, while the loop goes on)."""
 
     path: str
     target: str

@@ -162,7 +162,7 @@ def draft_undefined_names(current: str, code: str, symbol: Symbol | None) -> lis
     ``code`` applied (in place of ``symbol``, a ``def`` of ``current``; appended at the end
     of the file when ``symbol`` is None), sorted; None where only the whole-file rule can
     answer (see the module's docstring). ``current`` must parse, and so must the file with
-    ``code`` applied (the caller has parsed it)."""
+    ``code`` applied (the caller parsed it, or :func:`parses_in_place` said it parses)."""
     if symbol is not None and symbol.kind != "def":
         return None
     context = module_names(current)

@@ -33,7 +33,7 @@ def parse_quietly(text: str) -> ast.Module:
     """``ast.parse`` without its SyntaxWarnings ("invalid decimal literal" in a draft's ``1st``
     or a stray backslash) on stderr: a model's draft is data, not code we run. A filter for
     the texts' own file name, not ``warnings.catch_warnings()``: that swaps the process's
-    filters and is not thread-safe, and drafts are parsed on the check threads."""
+    filters and is not thread-safe."""
     _quiet()
     return ast.parse(text, filename=_FILENAME)
 
@@ -85,7 +85,7 @@ def python_symbols(text: str) -> list[Symbol] | None:
 
 @functools.lru_cache(maxsize=64)
 def _symbols(text: str) -> tuple[Symbol, ...] | None:
-    """Cached (immutable, so the check threads share it): a turn looks the file up four times
+    """Cached (immutable, each check process its own): a turn looks the file up four times
     and a fleet's sessions read the same files."""
     try:
         tree = parse_quietly(text)
@@ -173,9 +173,8 @@ def _undefined_in(tree: ast.Module) -> frozenset[str]:
 @functools.lru_cache(maxsize=64)
 def undefined_names(text: str) -> frozenset[str] | None:
     """The names Python ``text`` uses and neither defines, imports nor has as a builtin
-    (pyflakes' scope rules); None when it does not parse. Cached (immutable, so the check
-    threads share it; a miss two threads meet at once is worked out twice, to the same
-    answer): every draft of a turn is compared with the same file as read (pyflakes ~1 ms
+    (pyflakes' scope rules); None when it does not parse. Cached (immutable, each check
+    process its own): every draft of a turn is compared with the same file as read (pyflakes ~1 ms
     per 20 lines). Drafts themselves go through :func:`new_undefined_names` uncached."""
     tree, _ = parsed(text)
     return None if tree is None else _undefined_in(tree)
