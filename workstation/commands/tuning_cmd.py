@@ -502,7 +502,7 @@ def _tune(args: argparse.Namespace) -> int:
         from workstation.tuning.tune_plan import plan_tune
 
         plan = await plan_tune(settings, store, workload, model=args.model, profile=args.profile,
-                               kv_cache_gib=args.kv_cache_gib)
+                               kv_cache_gib=args.kv_cache_gib, shape=shape)
         tsettings, engine, model, baseline = plan.trial_settings, plan.engine, plan.model, plan.baseline
         traits, help_flags, cands = plan.traits, plan.help_flags, plan.candidates
         env = _env_pairs(args.env)

@@ -87,7 +87,7 @@ class LiveJobs:
         workload = (workload_from_shape(shape, duration_s=30.0, warmup_s=5.0) if shape is not None
                     else await self._builtin(None, duration_s=30.0, warmup_s=5.0))
         say("planning: the installed engine, its flags and the changes worth trying…")
-        plan = await plan_tune(self.settings, self.store, workload)
+        plan = await plan_tune(self.settings, self.store, workload, shape=shape)
         say(plan.describe(workload, self.tune_s, MIN_REPEATS))
         run_name = f"tune-{time.strftime('%Y%m%d-%H%M%S')}"
         tuner = self.autotuners(plan.trial_settings, plan.engine, plan.model, plan.baseline, workload, shape=shape,

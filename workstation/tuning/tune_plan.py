@@ -49,8 +49,10 @@ def sequences_in_flight(workload: Workload, shape: TrafficShape | None = None) -
 
 
 async def plan_tune(settings: Settings, store: TuningStore, workload: Workload, *, model: str | None = None,
-                    profile: str | None = None, kv_cache_gib: float | None = None) -> TunePlan:
-    """``model``, ``profile``: default the settings' engine model and profile. Raises
+                    profile: str | None = None, kv_cache_gib: float | None = None,
+                    shape: TrafficShape | None = None) -> TunePlan:
+    """``model``, ``profile``: default the settings' engine model and profile; ``shape``: the
+    captured shape a replay workload plays (its ``n`` sizes the candidates). Raises
     ``UserError`` when no engine is installed or the model or profile is unknown."""
     trial = tuning_settings(settings, kv_cache_gib=kv_cache_gib)
     engine = require_engine(trial)
@@ -60,7 +62,6 @@ async def plan_tune(settings: Settings, store: TuningStore, workload: Workload, 
     guided = await asyncio.to_thread(agents_constrain_output, settings, spec)
     traits = model_traits(spec.served_name, spec.config_json, structured_outputs=guided)
     kv = int((trial.engine.kv_cache_gib or 0) * (1 << 30)) or None
-    shape = store.load_shape(workload.shape) if workload.kind == "replay" and workload.shape else None
     candidates = candidates_for(engine.platform, traits, concurrency=sequences_in_flight(workload, shape),
                                 base_args=list(baseline.args), kv_cache_bytes=kv)
     return TunePlan(trial, engine, spec, baseline, help_flags, traits, list(candidates))
