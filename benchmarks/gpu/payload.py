@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import lzma
 import os
@@ -42,11 +41,15 @@ from dataclasses import dataclass
 from fnmatch import fnmatch
 from pathlib import Path
 
-from packaging.markers import default_environment
-from packaging.requirements import Requirement
-from packaging.specifiers import SpecifierSet
-from packaging.utils import canonicalize_name
-from packaging.version import Version
+try:
+    from packaging.markers import default_environment
+    from packaging.requirements import Requirement
+    from packaging.specifiers import SpecifierSet
+    from packaging.utils import canonicalize_name
+    from packaging.version import Version
+except ImportError:  # the app's own environment lacks it; the development one has it
+    raise SystemExit("payload.py needs the `packaging` library: set up the development environment "
+                     "(scripts/test.sh, or `.venv/bin/python -m pip install -e '.[dev]'`)") from None
 
 ROOT = Path(__file__).resolve().parents[2]
 MIB = 1 << 20
@@ -325,7 +328,7 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def build(out: Path, *, limit_mib: int, gguf: Path, keep_work: bool = False) -> dict:
+def build(out: Path, *, limit_mib: int, gguf: Path, keep_work: bool = False, margin_mib: float = 2.0) -> dict:
     t0 = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="gpu-payload-", dir=out))
@@ -367,7 +370,7 @@ def build(out: Path, *, limit_mib: int, gguf: Path, keep_work: bool = False) -> 
             tar.add(item, arcname=item.name)
     total = bundle.stat().st_size
     tree = tree_bytes(ROOT)
-    parts = plan_parts(total, tree_bytes=tree, limit_bytes=limit_mib * MIB)
+    parts = plan_parts(total, tree_bytes=tree, limit_bytes=limit_mib * MIB, margin_bytes=int(margin_mib * MIB))
     for stale in out.glob("p*"):
         if stale.is_dir() and stale.name[1:].isdigit():
             shutil.rmtree(stale)
@@ -395,6 +398,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / ".gpu-payload")
     ap.add_argument("--limit-mib", type=int, default=64, help="what one transfer may carry, working tree included")
+    ap.add_argument("--margin-mib", type=float, default=2.0,
+                    help="room left in each transfer for what the working tree gains before the calls "
+                         "(1 is enough where nothing lands between the build and the last call)")
     ap.add_argument("--gguf", type=Path, help=f"the model file (default: the data dir's cache/gguf/{GGUF_NAME})")
     ap.add_argument("--keep-work", action="store_true")
     args = ap.parse_args()
@@ -406,7 +412,8 @@ def main() -> int:
         gguf = load_settings().cache_dir / "gguf" / GGUF_NAME
     if not gguf.is_file():
         raise SystemExit(f"{gguf} is missing: run `workstation model prepare smollm2` first (it keeps the GGUF)")
-    plan = build(args.out, limit_mib=args.limit_mib, gguf=gguf, keep_work=args.keep_work)
+    plan = build(args.out, limit_mib=args.limit_mib, gguf=gguf, keep_work=args.keep_work,
+                 margin_mib=args.margin_mib)
     print(f"{'member':<34}{'MiB':>8}")
     for name, size in plan["members"].items():
         print(f"{name:<34}{size / MIB:>8.1f}")
