@@ -240,7 +240,11 @@ async def fleet_and_capture(http, endpoint, *, sessions: int, max_steps: int, ti
                               keep=False)
     result = await fr.run(args, endpoint, observe=capture)
     result["aggregate_tok_s"] = result["generated_tok_s"]
-    shape = capture.shape()
+    try:
+        shape = capture.shape()
+    except ValueError as exc:  # no finished request: the fleet's figures still tell why
+        result["shape"], result["shape_error"] = None, str(exc)
+        return result
     store.save_shape(shape)
     result["shape"] = {"name": shape.name, "summary": shape.summary_line(), "requests": shape.requests,
                        "prompt_tokens_p50": shape.prompt_tokens.p50, "completion_tokens_p50": shape.completion_tokens.p50,

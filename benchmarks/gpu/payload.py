@@ -64,10 +64,30 @@ TARGET_MARKERS = {
 # pip matches manylinux tags exactly: name every glibc the wheels we need are built for.
 PLATFORM_TAGS = [f"manylinux_2_{n}_x86_64" for n in range(39, 16, -1)] + ["manylinux2014_x86_64",
                                                                         "manylinux1_x86_64", "linux_x86_64"]
-# What the app itself needs on the machine (the harness runs headless: no Qt, no video).
-APP_REQUIREMENTS = ("httpx>=0.28", "httptools>=0.6", "orjson>=3.10", "pydantic>=2.7", "pydantic-settings>=2.3",
-                    "platformdirs>=4.2", "psygnal>=0.11", "psutil>=5.9", "prometheus-client>=0.20",
-                    "nvidia-ml-py>=12.535", "GitPython>=3.1.43", "pathspec>=0.12", "gguf")
+# What the app itself needs on the machine: its own dependencies (pyproject.toml, read at build
+# time, so a new one cannot be forgotten here: pyflakes was, once, and the GPU run's set-up
+# failed on its import), less what a headless harness never imports (Qt, the charts, video),
+# plus the GGUF reader the model's preparation uses.
+HEADLESS_SKIP = frozenset({"pyside6-essentials", "qasync", "pyqtgraph", "av"})
+MODEL_PREPARE_REQUIREMENTS = ("gguf",)
+
+
+def app_requirements(pyproject: Path = ROOT / "pyproject.toml") -> list[str]:
+    """The app's dependencies that apply on the target and that the harness imports."""
+    import tomllib
+
+    declared = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    out = []
+    for line in declared:
+        req = Requirement(line)
+        if canonicalize_name(req.name) in HEADLESS_SKIP:
+            continue
+        if req.marker is not None and not req.marker.evaluate(TARGET_MARKERS):
+            continue
+        req.marker = None
+        out.append(str(req))
+    return [*out, *MODEL_PREPARE_REQUIREMENTS]
+
 SLIM_DROP = (
     "vllm/vllm_flash_attn/_vllm_fa2_C.abi3.so",  # FA2: Hopper uses FA3
     "vllm/_moe_C_stable_libtorch.abi3.so",  # MoE kernels: an optional import, SmolLM2 is dense
@@ -337,7 +357,7 @@ def build(out: Path, *, limit_mib: int, gguf: Path, keep_work: bool = False, mar
     site.mkdir()
     present = read_names(Path(__file__).with_name("image_packages.txt")) | NOT_CARRIED
     _say(f"resolving vLLM {VLLM_VERSION} and the app's needs for CPython {TARGET_PYTHON} (x86-64 Linux)")
-    chosen = resolve([f"vllm=={VLLM_VERSION}", *APP_REQUIREMENTS], present, wheels)
+    chosen = resolve([f"vllm=={VLLM_VERSION}", *app_requirements()], present, wheels)
     problems = conflicts(chosen, present)
     if problems:
         raise SystemExit("the resolved set is inconsistent (add an upper bound to PINS):\n  " + "\n  ".join(problems))

@@ -110,7 +110,9 @@ async def part_bench(args: argparse.Namespace, results: Results, deadline: float
         # batch 1 only in --max-num-seqs; the third engine (`default` with vllm's 1,024) tells
         # the order from that flag
         engines = [("vllm-defaults", "vllm-defaults", None), ("default", "default", None)]
-        if args.batch_engine:
+        if args.only_fleet:
+            engines = [("default", "default", None)]
+        if args.batch_engine and not args.only_fleet:
             engines.append((PROBE_ENGINE, "default", ["--max-num-seqs", "1024"]))
         for name, profile, extra in engines:
             if name == PROBE_ENGINE and deadline - time.monotonic() < 200:
@@ -121,6 +123,9 @@ async def part_bench(args: argparse.Namespace, results: Results, deadline: float
             say(f"starting the engine '{name}'")
             try:
                 await launcher.start(lambda m: say(f"  {m}"))
+                if args.only_fleet:
+                    await fleet_part(args, results, http, launcher, store, deadline)
+                    continue
                 figures = {**(await stream_figures(http, {name: launcher}, tokens=tokens, repeats=repeats))[name],
                            **launcher_facts(launcher)}
                 bench[name] = figures
@@ -140,21 +145,46 @@ async def part_bench(args: argparse.Namespace, results: Results, deadline: float
                     interval=1.0, seed=0, timeout_s=240.0)
                 results.put("meter_vs_bench", await mvb.run(ns, launcher.endpoint, str(engine.python), str(model.local_dir)))
                 say(f"  meter vs bench: rel_error {results.data['meter_vs_bench'].get('rel_error')}")
-                say(f"fleet_run: {args.sessions} agent sessions, traffic shape captured")
-                fleet = await fleet_and_capture(http, launcher.endpoint, sessions=args.sessions,
-                                                max_steps=args.max_steps, timeout_s=min(240.0, deadline - time.monotonic() - 150),
-                                                store=store)
-                results.put("fleet_run", fleet)
-                say(f"  fleet: {fleet['generated_tok_s']} tok/s, prefix hits {fleet['prefix_hit_rate']}, "
-                    f"tool calls mean {fleet['tool_calls_mean']}")
+                await fleet_part(args, results, http, launcher, store, deadline)
             finally:
                 await launcher.stop()
+        if args.only_fleet:
+            return
         v = bench.get("vllm-defaults")
         for name, key in (("default", "default_vs_vllm_defaults"), (PROBE_ENGINE, "probe_vs_vllm_defaults")):
             d = bench.get(name)
             if d and v:
                 bench[key] = {k: round(d[k] / v[k], 3) for k in ("stream1_tok_s", "stream16_tok_s")}
         results.put("engine_bench", bench)
+
+
+FLEET_MIN_S = 90.0
+"""The least time a fleet run is started with: on the first H200 run of 2026-12-02 the
+engines' starts left the fleet a negative timeout, it was paused at once and its capture had
+no finished request."""
+FLEET_AFTER_S = 150.0
+"""What the part keeps after the fleet: stopping the engine, the shape, the results."""
+
+
+async def fleet_part(args: argparse.Namespace, results: Results, http, launcher, store,  # type: ignore[no-untyped-def]
+                     deadline: float) -> None:
+    """``fleet_run`` with 32 real agent sessions on the ``default`` engine, its traffic captured
+    as the tuner's agent shape; skipped (and said) where the part's budget leaves too little."""
+    fleet_s = min(240.0, deadline - time.monotonic() - FLEET_AFTER_S)
+    if fleet_s < FLEET_MIN_S:
+        say(f"fleet_run skipped: {fleet_s:.0f} s of the budget left for it, {FLEET_MIN_S:.0f} s needed "
+            "(run `--part bench --only-fleet`)")
+        return
+    say(f"fleet_run: {args.sessions} agent sessions for at most {fleet_s:.0f} s, traffic shape captured")
+    fleet = await fleet_and_capture(http, launcher.endpoint, sessions=args.sessions,
+                                    max_steps=args.max_steps, timeout_s=fleet_s, store=store)
+    results.put("fleet_run", fleet)
+    say(f"  fleet: {fleet['generated_tok_s']} tok/s, prefix hits {fleet['prefix_hit_rate']}, "
+        f"tool calls mean {fleet['tool_calls_mean']}, states {fleet['states']}")
+    if fleet.get("why_not_done"):
+        say(f"  not done: {fleet['why_not_done']}")
+    if fleet.get("shape") is None:
+        say(f"  no traffic shape: {fleet.get('shape_error')}")
 
 
 @dataclass(frozen=True)
@@ -440,6 +470,9 @@ def main() -> int:
                                       "kept or best change of the agent round already measured here)")
     ap.add_argument("--kv-gib", type=float, default=8.0, help="KV cache of each side-by-side engine")
     ap.add_argument("--window-s", type=float, default=8.0, help="measurement window per run")
+    ap.add_argument("--only-fleet", action="store_true",
+                    help="bench: only the fleet run and its captured shape, on the default engine "
+                         "(the streams and meters of an earlier call are kept)")
     ap.add_argument("--batch-engine", action="store_true",
                     help="bench: a third engine, default with vLLM's 1,024 sequences (tune: screen "
                          "'--max-num-seqs 1024' for the same, side by side)")

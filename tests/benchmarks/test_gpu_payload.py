@@ -88,3 +88,12 @@ def test_an_inconsistent_set_is_found_before_it_travels(tmp_path):
               "xgrammar": wheel("xgrammar", "0.2.9", "apache-tvm-ffi>=0.1.15")}
     problems = payload.conflicts(chosen, {"torch"})
     assert problems == ["xgrammar needs apache-tvm-ffi>=0.1.15, but apache-tvm-ffi 0.1.10 was chosen"]
+
+
+def test_the_app_needs_its_own_declared_dependencies_there(tmp_path):
+    wanted = {payload.canonicalize_name(payload.Requirement(r).name) for r in payload.app_requirements()}
+    assert {"pyflakes", "mcp", "httpx", "gguf"} <= wanted  # pyflakes was once missing from a hand copy
+    assert not wanted & payload.HEADLESS_SKIP
+    pyproject = tmp_path / "pyproject.toml"
+    pyproject.write_text('[project]\ndependencies = ["newthing>=1", "old; python_version < \'3.12\'", "qasync"]\n')
+    assert payload.app_requirements(pyproject) == ["newthing>=1", "gguf"]
