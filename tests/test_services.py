@@ -211,7 +211,7 @@ async def test_the_tuners_share_the_client_and_a_screening_left_running_is_stopp
     started: list[FakeLauncher] = []
 
     class TrialLaunchers:  # the screening makes its engines through Launchers(settings, engine, model)
-        def __init__(self, trial_settings, engine, model) -> None:  # type: ignore[no-untyped-def]
+        def __init__(self, trial_settings, engine, model, **_sizing) -> None:  # type: ignore[no-untyped-def]
             assert trial_settings.engine.port == 0  # the lab's settings reached it, not the live engine's
         def __call__(self, profile, env, **_where):  # type: ignore[no-untyped-def]
             started.append(FakeLauncher(vllm, profile, env))

@@ -136,7 +136,11 @@ class Services:
         """Makes managed engines of the installed vLLM with ``model`` (default: the settings')."""
         made = self._launchers.get(model)
         if made is None:
-            made = self._launchers[model] = Launchers.from_settings(self.settings, model)
+            from workstation.tuning.loadgen import agent_sequences_per_request
+
+            # a CUDA engine's batch holds every draft of the agents' guided draws (n=6 each)
+            made = self._launchers[model] = Launchers.from_settings(
+                self.settings, model, sequences_per_session=lambda spec: agent_sequences_per_request(self.settings, spec))
         return made
 
     async def engine(self, *, url: str | None = None, api_key: str = "", model: str | None = None,
@@ -333,18 +337,18 @@ class Services:
                         side: SideBySide, log_dir: Path, references: Sequence[Profile] = (), repeats: int = 3,
                         store: TuningStore | None = None, slo: Slo | None = None,
                         gpu_memory: Callable[[], list[GpuMemory]] | None = None,
-                        sessions: int | None = None, env: dict[str, str] | None = None,
-                        agent_check: bool = False) -> ScreeningTuner:
+                        sessions: int | None = None, sequences_per_session: int = 1,
+                        env: dict[str, str] | None = None, agent_check: bool = False) -> ScreeningTuner:
         """The tuner that screens every change at once, one engine each beside the baseline
         (``side``: their share of the GPU), over the shared client; engines start with
-        ``trial_settings`` and are sized for ``sessions``. Whatever of its engines still runs
+        ``trial_settings`` and are sized for ``sessions`` of ``sequences_per_session``. Whatever of its engines still runs
         when the services close is stopped then (after the fleets, before the meters). ``env``:
         the trial engines' environment (the user's ``--env``); ``agent_check``: a kept change
         must also pass real agent sessions on a scratch repository (fleets of these services)."""
         tuner = ScreeningTuner(trial_settings, engine, model, self.http, baseline, traits=traits,
                                help_flags=help_flags, candidates=candidates, side=side, references=references,
                                repeats=repeats, store=store, slo=slo, log_dir=log_dir, gpu_memory=gpu_memory,
-                               sessions=sessions, env=env)
+                               sessions=sessions, sequences_per_session=sequences_per_session, env=env)
         if agent_check:
             from workstation.tuning.agent_check import run_agent_check
 

@@ -100,6 +100,9 @@ async def part_bench(args: argparse.Namespace, results: Results, deadline: float
     results.save()
     store = TuningStore(settings.data_dir)
     mvb = _load("meter_vs_bench")
+    from workstation.tuning.loadgen import agent_sequences_per_request
+
+    per_session = agent_sequences_per_request(settings, model)
     # 1-stream runs of 256 tokens last 0.6 s on an H200: the first run's repeats spread 416-542
     # tok/s for one profile; 512 tokens and seven repeats
     tokens, repeats = (512, 7) if not args.dry_run else (32, 3)
@@ -118,8 +121,9 @@ async def part_bench(args: argparse.Namespace, results: Results, deadline: float
             if name == PROBE_ENGINE and deadline - time.monotonic() < 200:
                 say(f"no time left for '{name}'")
                 continue
-            launcher = Launchers(settings, engine, model)(profile, log_dir=settings.logs_dir / f"gpu-{safe(name)}",
-                                                         **({"extra_args": extra} if extra else {}))
+            # sized as the app sizes its own engine: for the guided agents' n=6 draws
+            launcher = Launchers(settings, engine, model, sequences_per_session=per_session)(
+                profile, log_dir=settings.logs_dir / f"gpu-{safe(name)}", **({"extra_args": extra} if extra else {}))
             say(f"starting the engine '{name}'")
             try:
                 await launcher.start(lambda m: say(f"  {m}"))
@@ -286,12 +290,16 @@ def tune_setup(args: argparse.Namespace, *, candidates: bool, previous: dict[str
 
 
 def make_tuner(services, setup: TuneSetup):  # type: ignore[no-untyped-def]
+    from workstation.tuning.bench import sequences_per_stream
+
     su = setup
     tuner = services.screening_tuner(su.settings, su.engine, su.model, su.baseline, traits=su.traits,
                                      help_flags=su.help_flags, candidates=su.candidates, side=su.side,
                                      references=[su.reference], store=su.store, log_dir=su.logs / "gpu-tune",
                                      gpu_memory=lambda: su.gpus,
                                      sessions=max(32, max((w.concurrency for _k, _n, w, _s in su.workloads), default=32)),
+                                     sequences_per_session=max((sequences_per_stream(w, s) for _k, _n, w, s in su.workloads),
+                                                               default=1),
                                      repeats=su.repeats, agent_check=su.agent_check)
     tuner.progress.connect(say)
     from run_probe import RunProbe

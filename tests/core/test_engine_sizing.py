@@ -23,6 +23,15 @@ def test_batch_is_twice_the_sessions_as_a_power_of_two():
     assert [batch_for(n) for n in (1, 8, 32, 33, 256, 5000)] == [16, 16, 64, 128, 512, 1024]
 
 
+def test_the_batch_counts_sequences_not_requests():
+    shape = ModelShape.from_config(SMOLLM2, weight_bytes=269_000_000)
+    one = size_engine(shape, [H200], sessions=32, model_max_len=8192)
+    six = size_engine(shape, [H200], sessions=32, sequences_per_session=6, model_max_len=8192)
+    assert (one.max_num_seqs, six.max_num_seqs) == (64, 512)
+    assert six.max_model_len == one.max_model_len and six.gpu_memory_utilization == one.gpu_memory_utilization
+    assert size_engine(shape, [], sessions=32, sequences_per_session=6).max_num_seqs == 512
+
+
 def test_a_big_free_gpu_keeps_the_models_window_and_vllms_memory_share():
     sizing = size_engine(ModelShape.from_config(SMOLLM2, weight_bytes=269_000_000), [H200], sessions=32,
                          model_max_len=8192)

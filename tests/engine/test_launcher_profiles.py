@@ -70,6 +70,14 @@ def test_sessions_and_busy_memory_change_the_sizing(tmp_path):
     assert float(flags["--gpu-memory-utilization"][0]) * H200.total_bytes < 40 * GIB
 
 
+def test_the_batch_holds_every_sequence_of_the_sessions_requests(tmp_path):
+    # guided sessions draw n=6 drafts a request: sized for requests alone, 32 of them queued
+    # on an H200 behind --max-num-seqs 64 (0.70x vLLM's own default on their replayed traffic)
+    flags = _flags(_launcher(tmp_path, "cuda", sequences_per_session=6))
+    assert flags["--max-num-seqs"] == ["512"]
+    assert flags["--max-model-len"] == ["8192"]  # the context is still sized per session
+
+
 def test_no_gpu_facts_leave_memory_and_context_to_vllm(tmp_path):
     flags = _flags(_launcher(tmp_path, "cuda", gpus=()))
     assert "--gpu-memory-utilization" not in flags and flags["--max-num-seqs"] == ["64"]
@@ -118,7 +126,8 @@ def test_engine_profiles_json_lists_every_cuda_profile_unvalidated_without_a_cud
     assert all(set(r) >= {"name", "args", "env", "validated"} and r["validated"] is False for r in rows)
     default = by_name["default"]["args"]
     assert "--enforce-eager" not in default and "--enable-prefix-caching" in default
-    assert default[default.index("--max-num-seqs") + 1] == "64"
+    # the built-in model's agents are guided: 32 sessions x n=6 drafts, twice, as a power of two
+    assert default[default.index("--max-num-seqs") + 1] == "512"
     assert by_name["ladder-1-mtp3"]["env"] == {"OMP_NUM_THREADS": "1"}
 
 

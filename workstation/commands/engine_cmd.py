@@ -77,9 +77,11 @@ def _profiles(args: argparse.Namespace) -> int:
     import json
 
     from workstation.engine.profile_listing import list_profiles
+    from workstation.tuning.loadgen import agent_sequences_per_request
 
     settings = load_settings()
-    rows = list_profiles(settings, platforms=[args.platform] if args.platform else None, model=args.model)
+    rows = list_profiles(settings, platforms=[args.platform] if args.platform else None, model=args.model,
+                         sequences_per_session=lambda spec: agent_sequences_per_request(settings, spec))
     if args.json:
         print(json.dumps([row.to_json() for row in rows], indent=1))
         return 0

@@ -449,6 +449,7 @@ async def _tune_side_by_side(args, store, settings, engine, model, baseline, tra
                              workload, shape, slo, env: dict[str, str]) -> int:
     from workstation.engine.gpu_memory import read_gpu_memory
     from workstation.services import Services
+    from workstation.tuning.bench import sequences_per_stream
     from workstation.tuning.screening import SideBySide
 
     gpus = await asyncio.to_thread(read_gpu_memory)
@@ -476,7 +477,8 @@ async def _tune_side_by_side(args, store, settings, engine, model, baseline, tra
         tuner = services.screening_tuner(settings, engine, model, baseline, traits=traits, help_flags=help_flags,
                                          candidates=cands, side=side, references=references, repeats=args.repeats,
                                          store=store, slo=slo, log_dir=store.runs_dir / run_name,
-                                         gpu_memory=lambda: gpus, sessions=workload.concurrency, env=env,
+                                         gpu_memory=lambda: gpus, sessions=workload.concurrency,
+                                         sequences_per_session=sequences_per_stream(workload, shape), env=env,
                                          agent_check=getattr(args, "agent_check", True))
         tuner.progress.connect(_say)
         screening = await tuner.run(workload, shape, name=shape.name if shape else "workload")

@@ -47,21 +47,28 @@ Progress = Callable[[str], None]
 
 class Launchers:
     """Makes managed engines: same settings, install and model; a profile, environment, port
-    and log folder per engine."""
+    and log folder per engine. ``sequences_per_session``: the ``n`` of the requests the
+    engines' clients send (the guided protocol draws several drafts at once), which a CUDA
+    engine's batch is sized for."""
 
-    def __init__(self, settings: Settings, install: EngineInstall, model: ModelSpec) -> None:
+    def __init__(self, settings: Settings, install: EngineInstall, model: ModelSpec, *,
+                 sequences_per_session: int = 1) -> None:
         self.settings = settings
         self.install = install
         self.model = model
+        self.sequences_per_session = max(1, sequences_per_session)
 
     @classmethod
-    def from_settings(cls, settings: Settings, model: str | None = None) -> Launchers:
+    def from_settings(cls, settings: Settings, model: str | None = None, *,
+                      sequences_per_session: Callable[[ModelSpec], int] | None = None) -> Launchers:
         """The installed engine (a ``UserError`` says how to set it up) and the model by name
-        (default: ``settings.engine.model``)."""
+        (default: ``settings.engine.model``); ``sequences_per_session`` tells it for that model."""
         from workstation.engine.environment import require_engine
         from workstation.engine.models import resolve_model
 
-        return cls(settings, require_engine(settings), resolve_model(settings, model))
+        spec = resolve_model(settings, model)
+        n = sequences_per_session(spec) if sequences_per_session is not None else 1
+        return cls(settings, require_engine(settings), spec, sequences_per_session=n)
 
     def __call__(self, profile: str | Profile | None = None, env: Mapping[str, str] | None = None, *,
                  port: int | None = None, log_dir: Path | None = None, log_subdir: str = "",
@@ -79,7 +86,8 @@ class Launchers:
         if add_args:
             extra_args = [*(self.settings.engine.extra_args if extra_args is None else extra_args), *add_args]
         return EngineLauncher(self.settings, self.install, self.model, log_dir=log_dir, profile=profile,
-                              port=port, env=dict(env or {}), sessions=sessions, gpu_memory=gpu_memory,
+                              port=port, env=dict(env or {}), sessions=sessions,
+                              sequences_per_session=self.sequences_per_session, gpu_memory=gpu_memory,
                               extra_args=extra_args, name=name)
 
 

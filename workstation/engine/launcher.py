@@ -151,11 +151,13 @@ class EngineLauncher:
         env: dict[str, str] | None = None,
         gpu_memory: Callable[[], list[GpuMemory]] | None = None,
         sessions: int | None = None,
+        sequences_per_session: int = 1,
         name: str | None = None,
     ) -> None:
         """``gpu_memory``: reads the engine's GPUs' memory before a CUDA start (default: one
         NVML read of the GPUs its ``CUDA_VISIBLE_DEVICES`` shows it); ``sessions``: how many
-        sessions the sizing plans for (default: the fleet's ``max_generating``); ``name``:
+        sessions the sizing plans for (default: the fleet's ``max_generating``), each with a
+        request of ``sequences_per_session`` sequences in flight (the guided protocol's n); ``name``:
         its endpoint's name (default ``managed:<model>``; several engines need one each)."""
         self.settings = settings
         self.engine = engine
@@ -172,6 +174,7 @@ class EngineLauncher:
         self.requested_port = port if port is not None else settings.engine.port
         self.extra_env = dict(env or {})
         self.sessions = sessions if sessions is not None else settings.fleet.max_generating
+        self.sequences_per_session = max(1, sequences_per_session)
         self.name = name or f"managed:{model.served_name}"
         self._gpu_memory = gpu_memory
         self.sizing: Sizing | None = None
@@ -240,7 +243,8 @@ class EngineLauncher:
             weights = sum(f.stat().st_size for f in self.model.local_dir.glob("*.safetensors")) or None
         shape = ModelShape.from_config(self.model.config_json, weight_bytes=weights)
         try:
-            return size_engine(shape, gpus[:tp], sessions=self.sessions, model_max_len=self.model.max_model_len)
+            return size_engine(shape, gpus[:tp], sessions=self.sessions, sequences_per_session=self.sequences_per_session,
+                               model_max_len=self.model.max_model_len)
         except SizingError as exc:
             raise EngineStartError(str(exc), hint="stop what else uses the GPU, or serve a smaller model") from None
 

@@ -59,7 +59,10 @@ def _model(settings: Settings, name: str | None) -> ModelSpec:
 
 
 def list_profiles(settings: Settings, *, platforms: Sequence[str] | None = None, model: str | None = None,
-                  gpu_memory: Callable[[], list[GpuMemory]] | None = None) -> list[ProfileRow]:
+                  gpu_memory: Callable[[], list[GpuMemory]] | None = None,
+                  sequences_per_session: Callable[[ModelSpec], int] | None = None) -> list[ProfileRow]:
+    """``sequences_per_session``: the ``n`` of the agents' requests for a model (the app's
+    engine is sized for it; see :class:`~workstation.engine.host.Launchers`)."""
     installed = None
     try:
         installed = find_engine(settings)
@@ -67,6 +70,7 @@ def list_profiles(settings: Settings, *, platforms: Sequence[str] | None = None,
         installed = None
     order = list(platforms or sorted(PLATFORMS, key=lambda p: (installed is None or p != installed.platform, p)))
     spec = _model(settings, model)
+    per_session = sequences_per_session(spec) if sequences_per_session is not None else 1
     rows: list[ProfileRow] = []
     for platform in order:
         if installed is not None and installed.platform == platform:
@@ -82,7 +86,7 @@ def list_profiles(settings: Settings, *, platforms: Sequence[str] | None = None,
         for name, profile in PRESETS.items():
             if platform not in profile.platforms:
                 continue
-            launcher = Launchers(settings, engine, spec)(name, gpu_memory=gpu_memory)
+            launcher = Launchers(settings, engine, spec, sequences_per_session=per_session)(name, gpu_memory=gpu_memory)
             try:
                 launcher.sizing = launcher.size()
             except UserError as exc:

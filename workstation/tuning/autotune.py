@@ -42,7 +42,7 @@ from workstation.core.profiles import STAND_IN_VALUES, Profile, apply_changes, d
 from workstation.core.traffic import TrafficShape
 from workstation.engine.environment import EngineInstall
 from workstation.engine.models import ModelSpec
-from workstation.tuning.bench import BenchContext, managed_engine, run_workload
+from workstation.tuning.bench import BenchContext, managed_engine, run_workload, sequences_per_stream
 from workstation.tuning.checks import ModelTraits, check_profile
 from workstation.tuning.results import BenchResult, Slo, Workload, describe_hardware
 from workstation.tuning.store import TuningStore, safe_name
@@ -388,7 +388,8 @@ class Autotuner:
         async with managed_engine(self.settings, self.engine, self.model, profile,
                                   log_dir=self.log_dir / profile.name, env=self.env,
                                   say=lambda m: self.progress.emit(f"  {m}"),
-                                  sessions=max(self.settings.fleet.max_generating, self.workload.concurrency)) as launcher:
+                                  sessions=max(self.settings.fleet.max_generating, self.workload.concurrency),
+                                  sequences_per_session=sequences_per_stream(self.workload, self.shape)) as launcher:
             start_s = time.monotonic() - t0
             for i in range(self.repeats):
                 # the first window also warms up (caches, compiled kernels); later ones run straight on

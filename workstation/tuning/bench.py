@@ -42,16 +42,27 @@ def tuning_settings(settings: Settings, *, kv_cache_gib: float | None = None) ->
     return settings.model_copy(update={"engine": engine})
 
 
+def sequences_per_stream(workload: Workload, shape: TrafficShape | None = None) -> int:
+    """The ``n`` of ``workload``'s requests, which an engine's batch is sized for: a guided
+    draw asks for n at once; a captured shape's p90."""
+    n = max(1, workload.guided_choices)
+    if shape is not None and shape.choices.count:
+        n = max(n, round(shape.choices.p90))
+    return n
+
+
 @contextlib.asynccontextmanager
 async def managed_engine(
     settings: Settings, engine: EngineInstall, model: ModelSpec, profile: Profile, *,
     log_dir: Path, env: Mapping[str, str] | None = None, say: Callable[[str], None] | None = None,
-    sessions: int | None = None,
+    sessions: int | None = None, sequences_per_session: int = 1,
 ) -> AsyncIterator[EngineLauncher]:
     """Start an engine with ``profile`` (already flattened), yield it, always stop it.
 
-    ``sessions``: the concurrency a sized profile plans for (a benchmark's streams)."""
-    launcher = Launchers(settings, engine, model)(profile, env, log_dir=log_dir, sessions=sessions)
+    ``sessions``: the concurrency a sized profile plans for (a benchmark's streams), each with
+    ``sequences_per_session`` sequences in flight (:func:`sequences_per_stream`)."""
+    launcher = Launchers(settings, engine, model, sequences_per_session=sequences_per_session)(
+        profile, env, log_dir=log_dir, sessions=sessions)
     try:
         await launcher.start(say)
         yield launcher

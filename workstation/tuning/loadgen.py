@@ -469,6 +469,14 @@ def guided_agent_choices(settings: Settings, model: ModelSpec) -> int:
     return guided_draft_choices() if agents_constrain_output(settings, model) else 0
 
 
+def agent_sequences_per_request(settings: Settings, model: ModelSpec) -> int:
+    """Sequences one request of the app's agents asks ``model`` for (its ``n``): the guided
+    protocol's drafts where they are guided for it, else 1. The managed engine's batch is
+    sized for it (``Services.launchers``, ``workstation engine profiles``). Reads the model's
+    files."""
+    return max(1, guided_agent_choices(settings, model))
+
+
 def workload_model(settings: Settings, name: str | None = None) -> ModelSpec:
     """The model the built-in workload is chosen for: ``name`` (a model setting, or the name an
     engine serves it by; None: the settings' model) resolved where it can be — the settings'

@@ -183,9 +183,12 @@ class ScreeningTuner:
         slo: Slo | None = None, log_dir: Path, env: dict[str, str] | None = None,
         ttft_guard_pct: float = TTFT_GUARD_PCT, start_stagger_s: float = 2.0,
         gpu_memory: Callable[[], list[GpuMemory]] | None = None, sessions: int | None = None,
+        sequences_per_session: int = 1,
     ) -> None:
         """``sessions``: the concurrency the engines are sized for (the largest workload's, so
-        the baseline's batch never caps a workload it is screened with)."""
+        the baseline's batch never caps a workload it is screened with), each with
+        ``sequences_per_session`` in flight (the largest ``n`` of the workloads,
+        :func:`~workstation.tuning.bench.sequences_per_stream`)."""
         self.settings, self.engine, self.model, self.http = settings, engine, model, http
         self.baseline, self.traits, self.help_flags = baseline, traits, help_flags
         self.candidates, self.references = list(candidates), list(references)
@@ -195,6 +198,7 @@ class ScreeningTuner:
         self.ttft_guard_pct, self.start_stagger_s = ttft_guard_pct, start_stagger_s
         self._gpu_memory = gpu_memory or (lambda: [])
         self.sessions = sessions
+        self.sequences_per_session = max(1, sequences_per_session)
         self.trials: list[Trial] = []
         self.not_applicable: list[tuple[Candidate, str]] = []
         self.run_probe: Callable[[EngineLauncher], RunObserver] | None = None
@@ -229,7 +233,8 @@ class ScreeningTuner:
 
     async def _start_one(self, trial: Trial, delay_s: float) -> None:
         await asyncio.sleep(delay_s)
-        launcher = Launchers(self.settings, self.engine, self.model)(
+        launcher = Launchers(self.settings, self.engine, self.model,
+                             sequences_per_session=self.sequences_per_session)(
             trial.profile, self.env, log_dir=self.log_dir / safe_name(trial.label), extra_args=self.side.args(),
             gpu_memory=self._gpu_memory, sessions=self.sessions)
         t0 = time.monotonic()

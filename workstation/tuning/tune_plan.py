@@ -15,7 +15,7 @@ from workstation.engine.environment import EngineInstall, engine_help_text, requ
 from workstation.engine.flags import known_flags
 from workstation.engine.models import ModelSpec, resolve_model
 from workstation.tuning.autotune import Candidate, candidates_for
-from workstation.tuning.bench import tuning_settings
+from workstation.tuning.bench import sequences_per_stream, tuning_settings
 from workstation.tuning.checks import ModelTraits, agents_constrain_output, model_traits
 from workstation.tuning.results import Workload
 from workstation.tuning.store import TuningStore
@@ -39,13 +39,10 @@ class TunePlan:
 
 def sequences_in_flight(workload: Workload, shape: TrafficShape | None = None) -> int:
     """Sequences the engine holds at once under ``workload``: its streams times the ``n`` of
-    their requests (a guided draw asks for n at once; a captured shape's p90), which is what a
-    ``--max-num-seqs`` candidate must hold: with n=6 the streams' count alone offered the CPU
-    engine 2 sequences for 4 streams of 6."""
-    n = max(1, workload.guided_choices)
-    if shape is not None and shape.choices.count:
-        n = max(n, round(shape.choices.p90))
-    return max(1, workload.concurrency) * n
+    their requests (:func:`sequences_per_stream`), which is what a ``--max-num-seqs``
+    candidate must hold: with n=6 the streams' count alone offered the CPU engine 2 sequences
+    for 4 streams of 6."""
+    return max(1, workload.concurrency) * sequences_per_stream(workload, shape)
 
 
 async def plan_tune(settings: Settings, store: TuningStore, workload: Workload, *, model: str | None = None,
