@@ -60,6 +60,9 @@ PY
     environment
     python3 -c "import vllm, torch; print('vLLM', vllm.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(0))"
     python3 -c "import vllm.entrypoints.openai.api_server" 2>&1 | tail -3
+    # the app's own modules, before anything needs them: a dependency the payload lacks stops here
+    python3 -c "import workstation.services, workstation.agent.loop, workstation.tuning.screening" \
+      || { echo "the app does not import here: a dependency is missing from the payload (payload.py)" >&2; exit 1; }
     if "$WS_GPU/bin/bwrap" --ro-bind / / --dev /dev --proc /proc true 2>/dev/null; then echo "bubblewrap runs"; else echo "bubblewrap does not run here"; fi
     echo "git: $(command -v git) $(git --version 2>&1)"
     python3 -m workstation model prepare smollm2
