@@ -1,7 +1,7 @@
 """Checkpoints: every change to files becomes a commit on a private ref of the session.
 
 ``refs/workstation/<session>/checkpoints`` holds a chain of commits made through a
-temporary index (``GIT_INDEX_FILE``), so neither the user's branch, the session's ``ws/…``
+temporary index (``worktree_snapshot``), so neither the user's branch, the session's ``ws/…``
 branch, the user's index nor the working tree is touched. Each commit message carries the
 length of the agent's message history at that moment (a ``Workstation-Message-Index``
 trailer), so the conversation can be restored with the files.
@@ -16,12 +16,12 @@ import asyncio
 import contextlib
 import os
 import re
-import shutil
 import signal
-import tempfile
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
+
+from workstation.agent.worktree_snapshot import scratch_index, worktree_tree
 
 INDEX_TRAILER = "Workstation-Message-Index"
 GIT_TIMEOUT_S = 120.0
@@ -119,20 +119,6 @@ class CheckpointStore:
         out = await git(self._top or self.root, "rev-parse", "--verify", "-q", self.ref + "^{commit}", check=False)
         return out or None
 
-    async def _snapshot_tree(self, tmp: Path) -> str:
-        """The tree of the working tree now (tracked + untracked, not ignored)."""
-        assert self._top is not None
-        index = tmp / "index"
-        real_index = await git(self._top, "rev-parse", "--path-format=absolute", "--git-path", "index")
-        if os.path.isfile(real_index):
-            # its stat cache spares rehashing every file; copy2 keeps the index's mtime, which
-            # git's "racily clean" check needs (a file changed in the same second as the index
-            # was written, at the same size, must still be rehashed)
-            shutil.copy2(real_index, index)
-        env = {"GIT_INDEX_FILE": str(index)}
-        await git(self._top, "add", "-A", "--", ".", env=env)
-        return await git(self._top, "write-tree", env=env)
-
     async def create(self, label: str, message_index: int, *, force: bool = False) -> Checkpoint | None:
         """Commit the working tree onto the session's ref; None when nothing changed."""
         if not await self.available():
@@ -140,13 +126,10 @@ class CheckpointStore:
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
-            assert self._top is not None
+            top = self._top
+            assert top is not None
             parent = await self.latest() or await self._head()
-            tmp = Path(tempfile.mkdtemp(prefix="ws-ckpt-"))
-            try:
-                tree = await self._snapshot_tree(tmp)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+            tree = await worktree_tree(lambda args, env: git(top, *args, env=dict(env)))
             if parent is not None and not force:
                 parent_tree = await git(self._top, "rev-parse", parent + "^{tree}")
                 if parent_tree == tree and await self.latest() is not None:
@@ -206,11 +189,7 @@ class CheckpointStore:
             while parent != self._top and parent.is_dir() and not any(parent.iterdir()):
                 parent.rmdir()
                 parent = parent.parent
-        tmp = Path(tempfile.mkdtemp(prefix="ws-restore-"))
-        try:
-            env = {"GIT_INDEX_FILE": str(tmp / "index")}
+        async with scratch_index() as env:
             await git(self._top, "read-tree", target, env=env)
             await git(self._top, "checkout-index", "-a", "-f", env=env)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
         return before
