@@ -4,32 +4,16 @@ starts without an index, what it leaves out, and what it leaves alone."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 from tests.agent.conftest import git
+from tests.helpers.racy_git import racily_clean_edit
 from workstation.agent.checkpoints import git as agent_git
 from workstation.agent.worktree_snapshot import GitRun, scratch_index, worktree_tree
 
 
 def runner(repo: Path) -> GitRun:
     return lambda args, env: agent_git(repo, *args, env=dict(env))
-
-
-def racily_clean_edit(repo: Path, rel: str) -> None:
-    """Rewrite the tracked ``rel`` at the same size, with the same mtime as its index entry
-    and the index itself: only git's racy-clean check can see the change, and it looks only
-    where the index is not older than the file."""
-    while time.time() % 1 > 0.5:  # add and rewrite in one second: the entry's ctime matches too
-        time.sleep(0.02)
-    past_ns = (int(time.time()) - 100) * 10**9
-    path = repo / rel
-    path.write_text("aaaa\n")
-    os.utime(path, ns=(past_ns, past_ns))
-    git(repo, "add", rel)
-    path.write_text("bbbb\n")
-    os.utime(path, ns=(past_ns, past_ns))
-    os.utime(repo / ".git" / "index", ns=(past_ns, past_ns))
 
 
 async def test_the_copy_keeps_the_index_mtime(git_repo: Path) -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from tests.fleet.conftest import git
+from tests.helpers.racy_git import racily_clean_edit
 from workstation.core.errors import UserError
 from workstation.fleet.gitproc import GitRunner
 from workstation.fleet.repos import inspect_repository
@@ -39,6 +41,20 @@ async def test_diff_sees_everything_without_touching_index(runner: GitRunner, gi
     assert got == {"app.py": ("M", 1, 1), "new.py": ("A", 2, 0), "README.md": ("D", 0, 1)}
     assert "+x = 1" in d.patch and d.added == 3 and d.removed == 2
     assert git(ws.worktree_path, "status", "--porcelain").count("??") == 1  # index untouched
+
+
+async def test_diff_sees_an_edit_in_the_second_the_index_was_written(runner: GitRunner, git_repo: Path,
+                                                                    tmp_path: Path) -> None:
+    """The throw-away index keeps the real one's mtime: git's racily-clean check rehashes a
+    file rewritten at the same size in the second the index was written (an agent's
+    ``git add``, then an edit) only where the index is not newer than the file. (The patch's
+    text would be right anyway, git reads a stat-clean file from disk; its blob ids not.)"""
+    ws = await _ws(runner, git_repo, tmp_path, "r")
+    racily_clean_edit(ws.worktree_path, "racy.txt")  # staged "aaaa", then "bbbb"
+    d = await diff_against_base(runner, ws)
+    on_disk = git(ws.worktree_path, "hash-object", "racy.txt")
+    blob = re.search(r"^index 0+\.\.([0-9a-f]+)$", d.patch, re.M)
+    assert "+bbbb" in d.patch and blob is not None and on_disk.startswith(blob.group(1))
 
 
 async def test_commit_then_merge(runner: GitRunner, git_repo: Path, tmp_path: Path) -> None:

@@ -11,12 +11,11 @@ where it is checked out (refused while that checkout has uncommitted changes), o
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from workstation.agent.worktree_snapshot import pathspec, worktree_tree
 from workstation.core.errors import UserError
 from workstation.fleet.gitproc import GitCommandError, GitRunner
 from workstation.fleet.worktrees import list_worktrees
@@ -97,7 +96,7 @@ async def _unignored_links(git: GitRunner, ws: Workspace) -> list[str]:
 
 
 async def _pathspec(git: GitRunner, ws: Workspace) -> list[str]:
-    return ["--", ".", *(f":(exclude){link}" for link in await _unignored_links(git, ws))]
+    return pathspec(await _unignored_links(git, ws))
 
 
 async def _merge_base(git: GitRunner, ws: Workspace) -> str:
@@ -108,27 +107,17 @@ async def _merge_base(git: GitRunner, ws: Workspace) -> str:
 
 async def diff_against_base(git: GitRunner, ws: Workspace) -> SessionDiff:
     """Everything the session changed since it branched off: commits, staged, unstaged and new
-    files. Uses a throw-away index, so neither the session's index nor its files are touched."""
+    files. Takes the worktree's tree through a throw-away index (``worktree_snapshot``), so
+    neither the session's index nor its files are touched."""
     _require_worktree(ws)
     base = await _merge_base(git, ws)
-    real_index = Path(await git.out(["rev-parse", "--path-format=absolute", "--git-path", "index"],
-                                    cwd=ws.worktree_path))
-    tmpdir = Path(tempfile.mkdtemp(prefix="ws-diff-"))
-    try:
-        tmp_index = tmpdir / "index"
-        if real_index.exists():
-            await git.blocking(shutil.copyfile, real_index, tmp_index)
-        env = {"GIT_INDEX_FILE": str(tmp_index)}
-        if not real_index.exists():
-            await git.run(["read-tree", "HEAD"], cwd=ws.worktree_path, env=env)
-        await git.run(["add", "-A", *await _pathspec(git, ws)], cwd=ws.worktree_path, env=env,
-                      timeout_s=600)
-        common = ["diff", "--cached", "--no-renames", "--no-ext-diff", base]
-        numstat = await git.out([*common, "--numstat", "-z"], cwd=ws.worktree_path, env=env)
-        status = await git.out([*common, "--name-status", "-z"], cwd=ws.worktree_path, env=env)
-        patch_res = await git.run([*common, "--patch"], cwd=ws.worktree_path, env=env)
-    finally:
-        await git.blocking(shutil.rmtree, tmpdir, True)
+    tree = await worktree_tree(
+        lambda args, env: git.out(args, cwd=ws.worktree_path, env=dict(env), timeout_s=600),
+        exclude=await _unignored_links(git, ws), blocking=git.blocking)
+    common = ["diff", "--no-renames", "--no-ext-diff", base, tree]
+    numstat = await git.out([*common, "--numstat", "-z"], cwd=ws.worktree_path)
+    status = await git.out([*common, "--name-status", "-z"], cwd=ws.worktree_path)
+    patch_res = await git.run([*common, "--patch"], cwd=ws.worktree_path)
     statuses: dict[str, str] = {}
     parts = status.split("\0")
     for i in range(0, len(parts) - 1, 2):
@@ -305,7 +294,7 @@ async def _checkout_of(git: GitRunner, repo_path: Path, branch: str) -> Path | N
 async def _dirty(git: GitRunner, cwd: Path, *, untracked: bool, exclude: Sequence[str] = ()) -> list[str]:
     args = ["status", "--porcelain", "-z", "--no-renames", "--untracked-files=" + ("all" if untracked else "no")]
     if exclude:
-        args += ["--", ".", *(f":(exclude){p}" for p in exclude)]
+        args += pathspec(exclude)
     out = (await git.run(args, cwd=cwd)).stdout
     return [rec[3:] for rec in out.split("\0") if len(rec) > 3]
 
