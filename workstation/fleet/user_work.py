@@ -37,12 +37,11 @@ its folder is deleted only when nothing there is the user's.
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 from workstation.agent.checkpoints import ref_for
+from workstation.agent.worktree_snapshot import worktree_tree
 from workstation.fleet.gitproc import GitCommandError, GitRunner
 from workstation.fleet.session import SessionRecord
 from workstation.fleet.store import Store, StoredEvent
@@ -58,7 +57,7 @@ _SHOWN_FILES = 3
 async def user_work(store: Store, git: GitRunner, rec: SessionRecord) -> tuple[str, ...]:
     """Why ``rec`` holds work of the user's ("you sent it 2 messages", …); empty for none.
     Reads the session's stored events and its worktree; changes nothing (the worktree's tree
-    is written through a temporary index, as a checkpoint is)."""
+    is written through a temporary index, as a checkpoint is: ``worktree_snapshot``)."""
     events = await store.load_events(rec.session_id)
     reasons = [*transcript_reasons(events), *record_reasons(rec)]
     worktree = Path(rec.worktree_path) if rec.worktree_path else None
@@ -186,7 +185,8 @@ async def changed_files(git: GitRunner, rec: SessionRecord, worktree: Path,
     base = checkpoint or await git.rev("HEAD^{tree}", cwd=worktree, strict=True)
     if base is None:
         return []
-    now = await _worktree_tree(git, worktree)
+    now = await worktree_tree(lambda args, env: git.out(args, cwd=worktree, env=dict(env)),
+                              blocking=git.blocking)
     if now == base:
         return []
     out = (await git.run(["diff-tree", "-r", "-z", "--no-renames", "--name-status", base, now], cwd=worktree)).stdout
@@ -205,24 +205,6 @@ def _mtimes(worktree: Path, paths: list[str]) -> dict[str, float]:
         except OSError:
             continue  # gone meanwhile: it cannot be dated, so it counts
     return found
-
-
-async def _worktree_tree(git: GitRunner, worktree: Path) -> str:
-    """The tree of the worktree as it is (tracked and new files, not ignored ones), through a
-    copy of its index: the worktree's own index and files stay as they are."""
-    real = await git.out(["rev-parse", "--path-format=absolute", "--git-path", "index"], cwd=worktree)
-    tmp = Path(await git.blocking(tempfile.mkdtemp, "", "ws-user-work-"))
-    try:
-        index = tmp / "index"
-        if await git.blocking(os.path.isfile, real):  # its stat cache spares rehashing every file
-            await git.blocking(shutil.copy2, real, index)
-        env = {"GIT_INDEX_FILE": str(index)}
-        await git.run(["add", "-A", "--", "."], cwd=worktree, env=env)
-        return await git.out(["write-tree"], cwd=worktree, env=env)
-    finally:
-        await git.blocking(shutil.rmtree, tmp, True)
-
-
 
 
 def _count(n: int, noun: str) -> str:
