@@ -82,6 +82,41 @@ async def test_a_fresh_session_and_the_agents_own_checkpointed_work_are_not_the_
         assert "notes.txt" in git(tree, "status", "--porcelain")
 
 
+async def test_the_links_and_files_the_fleet_puts_into_a_worktree_are_not_the_users(
+        fleet: Fleet, git_repo: Path) -> None:
+    """Shared links and bootstrap copies and links are the session's environment (review
+    leaves them out too). A folder rule (``.venv/``) does not ignore a link, so git sees one."""
+    (git_repo / ".gitignore").write_text(".venv/\nnode_modules/\n")
+    git(git_repo, "add", ".gitignore")
+    git(git_repo, "commit", "-qm", "ignore the environment")
+    venv = git_repo / ".venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("#!/bin/sh\n")
+    (git_repo / "node_modules").mkdir()
+    (git_repo / "local.cfg").write_text("port = 1\n")
+    read_only = [venv, *venv.rglob("*")]
+    for p in read_only:
+        p.chmod(p.stat().st_mode & ~0o222)
+    try:
+        async with opened(fleet):
+            spec = SessionSpec(task="Fix it", repo=str(git_repo), name="env", shared_links=(".venv",),
+                               copy_files=("local.cfg",), link_files=("node_modules",))
+            sid = (await fleet.create_session(spec)).session_id
+            tree = Path(fleet.record(sid).worktree_path)
+            assert (tree / ".venv").is_symlink() and (tree / "node_modules").is_symlink()
+            assert (tree / "local.cfg").is_file()
+            assert await reasons(fleet, sid) == ()
+            await CheckpointStore(tree, sid).create("session start", 1)
+            assert await reasons(fleet, sid) == ()
+            (tree / "local.cfg").unlink()
+            (tree / "mine.txt").write_text("mine\n")
+            assert await reasons(fleet, sid) == (
+                "1 file changed in its worktree after its agent's last step (mine.txt)",)
+    finally:
+        for p in read_only:
+            p.chmod(p.stat().st_mode | 0o200)
+
+
 async def test_files_changed_after_the_agents_last_checkpoint_are_the_users(fleet: Fleet, git_repo: Path) -> None:
     async with opened(fleet):
         sid, tree = await made(fleet, git_repo)

@@ -73,6 +73,12 @@ class SessionSpec:
     """Money, at the chosen paid API's prices for the same tokens, after which it pauses in
     ``budget_reached``; None: no money budget."""
 
+    @property
+    def environment_paths(self) -> tuple[str, ...]:
+        """What the fleet puts into the worktree besides git's files (shared links, bootstrap
+        copies and links): the session's environment, never its work."""
+        return (*self.shared_links, *(self.copy_files or ()), *(self.link_files or ()))
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 

@@ -26,7 +26,8 @@ as the user's.
   still running tools after its last checkpoint.
 
 Not counted: pausing, stopping, resuming, watching a session in the focus view — they leave
-nothing behind to lose; ignored files — git does not see them and neither does a checkpoint.
+nothing behind to lose; ignored files — git does not see them and neither does a checkpoint;
+the session's environment (shared links, bootstrap copies and links) — the fleet put it there.
 
 :func:`repository_work` asks the same of a sample repository the demo made (a session merged
 into its ``main`` or a bug's branch, a commit or a branch made there by hand, a changed file
@@ -41,7 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from workstation.agent.checkpoints import ref_for
-from workstation.agent.worktree_snapshot import worktree_tree
+from workstation.agent.worktree_snapshot import pathspec, worktree_tree
 from workstation.fleet.gitproc import GitCommandError, GitRunner
 from workstation.fleet.session import SessionRecord
 from workstation.fleet.store import Store, StoredEvent
@@ -180,7 +181,8 @@ async def _git_reasons(git: GitRunner, rec: SessionRecord, worktree: Path,
 async def changed_files(git: GitRunner, rec: SessionRecord, worktree: Path,
                         events: Sequence[StoredEvent]) -> list[str]:
     """The worktree's files (paths relative to it) that differ from the agent's latest
-    checkpoint and that no step of the agent explains."""
+    checkpoint and that no step of the agent explains; the session's environment (shared
+    links, bootstrap files: ``SessionSpec.environment_paths``) is not among them."""
     checkpoint = await git.rev(f"{ref_for(rec.session_id)}^{{tree}}", cwd=worktree, strict=True)
     base = checkpoint or await git.rev("HEAD^{tree}", cwd=worktree, strict=True)
     if base is None:
@@ -189,7 +191,11 @@ async def changed_files(git: GitRunner, rec: SessionRecord, worktree: Path,
                               blocking=git.blocking)
     if now == base:
         return []
-    out = (await git.run(["diff-tree", "-r", "-z", "--no-renames", "--name-status", base, now], cwd=worktree)).stdout
+    # the environment the fleet put there (shared links, bootstrap files) is left out of the
+    # comparison, not of the tree: a checkpoint holds what git does not ignore, links included
+    environment = pathspec(rec.spec.environment_paths) if rec.spec.environment_paths else []
+    out = (await git.run(["diff-tree", "-r", "-z", "--no-renames", "--name-status", base, now, *environment],
+                         cwd=worktree)).stdout
     fields = out.split("\0")
     entries = [(fields[i], fields[i + 1]) for i in range(0, len(fields) - 1, 2) if fields[i]]
     until = agent_wrote_until(events, checkpointed=checkpoint is not None)

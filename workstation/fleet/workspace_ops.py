@@ -28,9 +28,8 @@ from workstation.fleet.worktrees import disk_usage_bytes, find_orphans, remove_o
 def workspace_of(rec: SessionRecord) -> review.Workspace:
     """The git facts of a session's record. Bootstrap files (``.env``, linked folders) are the
     environment, never the session's work: review leaves them out like shared links."""
-    kept = (*rec.spec.shared_links, *(rec.spec.copy_files or ()), *(rec.spec.link_files or ()))
     return review.Workspace(Path(rec.repo_path), Path(rec.worktree_path), rec.branch,
-                            rec.base_branch, rec.start_commit, kept)
+                            rec.base_branch, rec.start_commit, rec.spec.environment_paths)
 
 
 class WorkspaceOps:
