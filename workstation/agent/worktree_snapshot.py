@@ -8,9 +8,10 @@ worktree's own index or files. They do it here, one way:
   for a file older than the index; one changed in the same second as the index was written
   ("racily clean") is rehashed. A copy stamped now would make such a file, rewritten at the
   same size, look unchanged. The copy's stat cache spares rehashing every other file.
-- Without an index (nothing was ever added, or it was deleted) the copy starts from HEAD's
-  tree, so files tracked there that an ignore rule matches stay in (``add -A`` into an empty
-  index leaves them out: they would look deleted). Without a HEAD either, it starts empty.
+- Without an index (nothing was ever added, or it was deleted) the throw-away index starts
+  from HEAD's tree, so files tracked there that an ignore rule matches stay in (``add -A``
+  into an empty index leaves them out: they would look deleted). Without a HEAD either, it
+  starts empty.
 - ``exclude`` leaves paths out (the links and bootstrap files the fleet puts into a session's
   worktree); name only paths git would pick up: naming an ignored one makes ``git add`` fail.
 
@@ -40,9 +41,9 @@ async def inline(fn: Callable[..., Any], *args: Any) -> Any:
     return fn(*args)
 
 
-def pathspec(exclude: Sequence[str] = ()) -> list[str]:
-    """``-- . :(exclude)p…``: the whole worktree but ``exclude``."""
-    return ["--", ".", *(f":(exclude){path}" for path in exclude)]
+def excluding(paths: Sequence[str] = ()) -> list[str]:
+    """The pathspec ``-- . :(exclude)p…``: the whole worktree but ``paths``."""
+    return ["--", ".", *(f":(exclude){path}" for path in paths)]
 
 
 @contextlib.asynccontextmanager
@@ -71,5 +72,5 @@ async def worktree_tree(run: GitRun, *, exclude: Sequence[str] = (), blocking: B
             head = await run(["rev-list", "--ignore-missing", "--max-count=1", "HEAD"], env)
             if head:  # empty: HEAD has no commit yet
                 await run(["read-tree", head], env)
-        await run(["add", "-A", *pathspec(exclude)], env)
+        await run(["add", "-A", *excluding(exclude)], env)
         return await run(["write-tree"], env)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from workstation.agent.worktree_snapshot import pathspec, worktree_tree
+from workstation.agent.worktree_snapshot import excluding, worktree_tree
 from workstation.core.errors import UserError
 from workstation.fleet.gitproc import GitCommandError, GitRunner
 from workstation.fleet.worktrees import list_worktrees
@@ -96,7 +96,7 @@ async def _unignored_links(git: GitRunner, ws: Workspace) -> list[str]:
 
 
 async def _pathspec(git: GitRunner, ws: Workspace) -> list[str]:
-    return pathspec(await _unignored_links(git, ws))
+    return excluding(await _unignored_links(git, ws))
 
 
 async def _merge_base(git: GitRunner, ws: Workspace) -> str:
@@ -294,7 +294,7 @@ async def _checkout_of(git: GitRunner, repo_path: Path, branch: str) -> Path | N
 async def _dirty(git: GitRunner, cwd: Path, *, untracked: bool, exclude: Sequence[str] = ()) -> list[str]:
     args = ["status", "--porcelain", "-z", "--no-renames", "--untracked-files=" + ("all" if untracked else "no")]
     if exclude:
-        args += pathspec(exclude)
+        args += excluding(exclude)
     out = (await git.run(args, cwd=cwd)).stdout
     return [rec[3:] for rec in out.split("\0") if len(rec) > 3]
 

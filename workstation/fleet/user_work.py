@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from workstation.agent.checkpoints import ref_for
-from workstation.agent.worktree_snapshot import pathspec, worktree_tree
+from workstation.agent.worktree_snapshot import excluding, worktree_tree
 from workstation.fleet.gitproc import GitCommandError, GitRunner
 from workstation.fleet.session import SessionRecord
 from workstation.fleet.store import Store, StoredEvent
@@ -193,7 +193,7 @@ async def changed_files(git: GitRunner, rec: SessionRecord, worktree: Path,
         return []
     # the environment the fleet put there (shared links, bootstrap files) is left out of the
     # comparison, not of the tree: a checkpoint holds what git does not ignore, links included
-    environment = pathspec(rec.spec.environment_paths) if rec.spec.environment_paths else []
+    environment = excluding(rec.spec.environment_paths) if rec.spec.environment_paths else []
     out = (await git.run(["diff-tree", "-r", "-z", "--no-renames", "--name-status", base, now, *environment],
                          cwd=worktree)).stdout
     fields = out.split("\0")
