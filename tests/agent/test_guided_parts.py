@@ -388,3 +388,17 @@ def test_drafts_that_do_the_same_are_one_draft() -> None:
     assert program_key(fixed) != program_key(bug) and program_key("def mean(:\n") is None
     drafts = [Draft(f"```python\n{c}```", c, None, ident=program_key(c) or "") for c in (*same, fixed)]
     assert [d.text for d in rank(drafts, bug, "Divide the sum by len(values).")] == [drafts[0].text, drafts[2].text]
+
+
+def test_the_memorys_queue_is_the_order_it_hands_drafts_out() -> None:
+    """The check processes walk ``waiting`` as it is (``check_queue``): it holds each draft
+    once, none tried, in the order ``take`` gives them."""
+    from workstation.agent.guided.drafts import GuidedMemory
+
+    memory = GuidedMemory()
+    key = ("a.py", "f", "")
+    memory.keep(key, "d1", ["d2", "d1", "d2", "d3"])
+    memory.keep(key, "d3", ["d4", "d2", "d5"])
+    assert memory.waiting == ["d4", "d2", "d5"]
+    queued = list(memory.waiting)
+    assert [memory.take(key) for _ in range(4)] == [*queued, None]

@@ -279,14 +279,12 @@ def check_draw(site: EditSite, texts: list[str], task: str, tried: frozenset[str
 
 
 def check_queue(site: EditSite, waiting: list[str], tried: frozenset[str]) -> list[Draft]:
-    """The drafts an earlier turn left waiting, checked in the order the session's memory
-    hands them out (:meth:`GuidedMemory.take`: each one tried is one tried before for the
-    next) up to the first usable one; the caller takes as many from the memory."""
+    """The drafts an earlier turn left waiting (:attr:`GuidedMemory.waiting`, in the order
+    the memory hands them out), checked in that order up to the first usable one, each one
+    checked one tried before for the next; the caller takes as many from the memory."""
     checker = _Checker(site, tried, queued=True)
     out: list[Draft] = []
     for text in waiting:
-        if text in checker.tried:
-            continue  # take() passes over it
         checker.tried[text] = checker.ident(text)
         out.append(checker.draft(text))
         if out[-1].problem is None:

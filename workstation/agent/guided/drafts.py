@@ -132,22 +132,22 @@ class GuidedMemory:
     key: tuple[str, ...] = ()
     """(path, target, the code they rewrite): the waiting drafts are for that code only."""
     waiting: list[str] = field(default_factory=list)
+    """The drafts not tried yet, in the order :meth:`take` hands them out: each once, none
+    of ``tried`` (:meth:`keep` makes it so), so the check processes walk this list as it is."""
     tried: set[str] = field(default_factory=set)
 
     def take(self, key: tuple[str, ...]) -> str | None:
         """The next untried draft for ``key``, best first; None when there is none."""
-        if key != self.key:
+        if key != self.key or not self.waiting:
             return None
-        while self.waiting:
-            text = self.waiting.pop(0)
-            if text not in self.tried:
-                self.tried.add(text)
-                return text
-        return None
+        text = self.waiting.pop(0)
+        self.tried.add(text)
+        return text
 
     def keep(self, key: tuple[str, ...], tried: str, rest: list[str]) -> None:
-        """``tried`` is being tried now; ``rest`` (best first) wait for later."""
+        """``tried`` is being tried now; ``rest`` (best first) wait for later, before those
+        already waiting (a draft that is both waits at its first place)."""
         if key != self.key:
             self.key, self.waiting, self.tried = key, [], set()
         self.tried.add(tried)
-        self.waiting = [t for t in [*rest, *self.waiting] if t not in self.tried]
+        self.waiting = [t for t in dict.fromkeys([*rest, *self.waiting]) if t not in self.tried]
