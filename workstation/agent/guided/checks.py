@@ -28,6 +28,7 @@ keeps its work under ``if __name__ == "__main__":`` (``python -m`` modules are n
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import functools
 import multiprocessing
@@ -127,6 +128,17 @@ def edit_targets_of(texts_now: dict[str, str], state: GuidedState, ws: Workspace
 
 
 @dataclass(frozen=True, slots=True)
+class FunctionPlace:
+    """Where a draft goes that may be checked alone as one function (:mod:`.names`)."""
+
+    text: str
+    """The file as it is now."""
+    symbol: Symbol | None
+    """The symbol the draft replaces (:mod:`.names` answers for a ``def`` only); None: a new
+    function, appended."""
+
+
+@dataclass(frozen=True, slots=True)
 class EditSite:
     """Where an edit's drafts go and what they are compared with (immutable: sent to a
     check process as it is, while the loop goes on)."""
@@ -155,6 +167,17 @@ class EditSite:
     def signature(self) -> str | None:
         """``sub(a, b)`` when the drafts are a new function appended to the file."""
         return new_function_signature(self.target) if self.current is not None and self.python else None
+
+    @property
+    def alone(self) -> FunctionPlace | None:
+        """Where a draft goes in the file as it is now, for checking it alone; None where
+        only the whole file answers (a whole file, a new file, a symbol the file does not
+        hold now: it does not parse)."""
+        if self.current is None:
+            return None
+        if self.signature is not None:
+            return FunctionPlace(self.current, None)
+        return FunctionPlace(self.current, self.sym_now) if self.sym_now is not None else None
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -240,26 +263,32 @@ class _Checker:
 
     def python_problem(self, code: str, new_text: str) -> str | None:
         """Why the Python file ``new_text`` (``code`` applied) cannot be kept, or None: its
-        syntax error, or the names it uses that nothing defines and the file did not leave
-        undefined before (garbage, or an import it cannot add). A function is checked alone
-        where that answers (:mod:`.names`: it parses in place, its names are looked up among
-        the module's bindings), else the file is parsed and pyflakes runs over it."""
-        site, current = self.site, self.site.current
-        symbol = None if site.signature is not None else site.sym_now
-        if current is None or (site.signature is None and symbol is None):
-            current = None  # a whole file: only the whole file answers
-        unknown = None
-        if current is not None and parses_in_place(current, code, symbol):
-            unknown = draft_undefined_names(current, code, symbol)
-        if unknown is None:
-            tree, problem = parsed(new_text)
-            if tree is None:
-                return problem
-            if current is not None:
-                unknown = draft_undefined_names(current, code, symbol)
-            if unknown is None:
-                unknown = new_undefined_names(site.current or site.original, tree)
+        syntax error, else the names it uses that nothing defines and the file did not leave
+        undefined before (garbage, or an import it cannot add)."""
+        tree, problem = self.syntax(code, new_text)
+        if problem is not None:
+            return problem
+        unknown = self.undefined_names(code, new_text, tree)
         return f"uses names nothing defines: {', '.join(unknown[:5])}" if unknown else None
+
+    def syntax(self, code: str, new_text: str) -> tuple[ast.Module | None, str | None]:
+        """(the file's syntax tree, None), or (None, its syntax error); (None, None) where
+        ``code`` is one function known to parse in its place (:func:`parses_in_place`):
+        the file is not parsed."""
+        alone = self.site.alone
+        if alone is not None and parses_in_place(alone.text, code, alone.symbol):
+            return None, None
+        return parsed(new_text)
+
+    def undefined_names(self, code: str, new_text: str, tree: ast.Module | None) -> list[str]:
+        """The names ``new_text`` uses that nothing defines and the file did not leave
+        undefined: the function alone against the module's names where that answers
+        (:mod:`.names`), else pyflakes over the whole file (``tree``, or the file parsed
+        here where :meth:`syntax` did not need to)."""
+        alone = self.site.alone
+        if alone is not None and (found := draft_undefined_names(alone.text, code, alone.symbol)) is not None:
+            return found
+        return new_undefined_names(self.site.current or self.site.original, new_text if tree is None else tree)
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,5 +321,5 @@ def check_queue(site: EditSite, waiting: list[str], tried: frozenset[str]) -> li
     return out
 
 
-__all__ = ["Checked", "DraftChecksFailed", "EditSite", "check_draw", "check_pool", "check_queue", "close_check_pool",
-           "edit_site", "edit_targets_of", "off_loop"]
+__all__ = ["Checked", "DraftChecksFailed", "EditSite", "FunctionPlace", "check_draw", "check_pool", "check_queue",
+           "close_check_pool", "edit_site", "edit_targets_of", "off_loop"]
