@@ -74,6 +74,22 @@ def _signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _Signature:
     return _Signature(type(node), ast.dump(node.args), ast.dump(node.returns) if node.returns else "")
 
 
+def _binds_module_names(tree: ast.AST) -> bool:
+    """``global``/``nonlocal`` or a star import somewhere in ``tree``: only the whole file answers."""
+    return any(isinstance(node, (ast.Global, ast.Nonlocal))
+               or (isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names))
+               for node in ast.walk(tree))
+
+
+def _one_function(code: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """``code`` parsed alone, when it is one function (a fresh tree: the caller may change it)."""
+    try:
+        body = parse_quietly(code).body
+    except (SyntaxError, ValueError):
+        return None
+    return body[0] if len(body) == 1 and isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+
+
 @functools.lru_cache(maxsize=64)
 def module_names(text: str) -> ModuleNames | None:
     """The file's pyflakes analysis (one run, cached per text: every draft of a turn is
@@ -82,10 +98,7 @@ def module_names(text: str) -> ModuleNames | None:
         tree = parse_quietly(text)
     except (SyntaxError, ValueError):
         return None
-    only = bool(_TABBED.search(text)) or any(
-        isinstance(node, (ast.Global, ast.Nonlocal))
-        or (isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names))
-        for node in ast.walk(tree))
+    only = bool(_TABBED.search(text)) or _binds_module_names(tree)
     signatures: dict[tuple[str, int], _Signature] = {}
     futures: list[str] = []
     for node in tree.body:
@@ -115,6 +128,16 @@ def _lines_move_as_one(code: str) -> bool:
     return "\t" not in code and len(code.splitlines()) == code.count("\n") + (not code.endswith("\n"))
 
 
+def _may_check_alone(current: str, code: str, symbol: Symbol | None) -> bool:
+    """What both questions ask first of a draft looked at alone in ``current`` (in place of
+    ``symbol``; appended when None): ``symbol`` is a ``def``, the file parses and holds
+    nothing only the whole file answers for, and ``code``'s lines move as one block."""
+    if symbol is not None and symbol.kind != "def":
+        return False
+    context = module_names(current)
+    return context is not None and not context.whole_file_only and _lines_move_as_one(code)
+
+
 def _strip_signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
     """Keep the parameters' names, drop what is evaluated where the function is defined
     (checked the same in the file before and after: the signature is the file's own)."""
@@ -142,19 +165,12 @@ def parses_in_place(current: str, code: str, symbol: Symbol | None) -> bool:
     it start one at an indentation the lines before opened (they followed the old function),
     and the draft closes every bracket, string and line continuation it opens, so the file's
     tokens are the old file's with one function statement for another. False: parse the file."""
-    if symbol is not None and symbol.kind != "def":
-        return False
-    context = module_names(current)
-    if context is None or context.whole_file_only or not _lines_move_as_one(code):
+    if not _may_check_alone(current, code, symbol):
         return False
     if max(len(line) - len(line.lstrip(" ")) for line in code.split("\n")) > MAX_INDENT_COLUMNS:
         return False
-    try:
-        body = parse_quietly(code).body
-    except (SyntaxError, ValueError):
-        return False
-    return len(body) == 1 and isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef)) \
-        and not body[0].decorator_list
+    function = _one_function(code)
+    return function is not None and not function.decorator_list
 
 
 def draft_undefined_names(current: str, code: str, symbol: Symbol | None) -> list[str] | None:
@@ -163,10 +179,7 @@ def draft_undefined_names(current: str, code: str, symbol: Symbol | None) -> lis
     of the file when ``symbol`` is None), sorted; None where only the whole-file rule can
     answer (see the module's docstring). ``current`` must parse, and so must the file with
     ``code`` applied (the caller parsed it, or :func:`parses_in_place` said it parses)."""
-    if symbol is not None and symbol.kind != "def":
-        return None
-    context = module_names(current)
-    if context is None or context.whole_file_only or "PYFLAKES_DOCTEST" in os.environ or not _lines_move_as_one(code):
+    if not _may_check_alone(current, code, symbol) or "PYFLAKES_DOCTEST" in os.environ:
         return None
     found = _draft_names(current, code, symbol)
     return None if found is None else list(found)
@@ -178,16 +191,8 @@ def _draft_names(current: str, code: str, symbol: Symbol | None) -> tuple[str, .
     often repeat one another, across draws and sessions of the same file)."""
     context = module_names(current)
     assert context is not None
-    try:
-        body = parse_quietly(code).body
-    except (SyntaxError, ValueError):
-        return None
-    if len(body) != 1 or not isinstance(body[0], (ast.FunctionDef, ast.AsyncFunctionDef)):
-        return None
-    draft = body[0]
-    if any(isinstance(node, (ast.Global, ast.Nonlocal)) or (isinstance(node, ast.ImportFrom)
-                                                           and any(a.name == "*" for a in node.names))
-           for node in ast.walk(draft)):
+    draft = _one_function(code)
+    if draft is None or _binds_module_names(draft):
         return None
     stub: list[ast.stmt] = []
     if context.futures:
