@@ -22,7 +22,7 @@ from workstation.agent.config import AgentConfig
 from workstation.agent.guided import checks
 from workstation.agent.guided import turn as guided_turn
 from workstation.agent.guided.drafts import GuidedMemory
-from workstation.agent.guided.symbols import parses
+from workstation.agent.guided.symbols import WHOLE_FILE, parses
 from workstation.core import agent_events as ev
 from workstation.core.agent_events import RunStatus
 from workstation.engine.chat_client import ChatDelta
@@ -109,6 +109,37 @@ def test_the_queue_is_checked_as_the_memory_hands_it_out() -> None:
     assert [d.text for d in checked] == [SUB_DRAFTS[2], SUB_DRAFTS[4]]  # up to the first usable one
     assert [memory.take(site.key) for _ in checked] == [d.text for d in checked]
     assert checked[-1].problem is None and memory.waiting == [SUB_DRAFTS[5]]
+
+
+async def test_a_turn_sends_the_checks_only_the_texts_of_the_files_read_that_still_exist(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not the session's state (every file as first read, the last test output) nor the
+    worktree's listing: the texts whose edit targets are asked for."""
+    (tmp_path / "calc.py").write_text(CALC)
+    history: list[dict[str, Any]] = [{"role": "system", "content": "s"}, {"role": "user", "content": "Fix calc.py."}]
+    for index, path in enumerate(("calc.py", "gone.py")):
+        history += [{"role": "assistant", "content": None, "tool_calls": [
+                        {"id": f"c{index}", "type": "function",
+                         "function": {"name": "read_file", "arguments": f'{{"path": "{path}"}}'}}]},
+                    {"role": "tool", "tool_call_id": f"c{index}", "content": CALC}]
+    sent: list[tuple[str, tuple[Any, ...]]] = []
+
+    class Stop(Exception):
+        pass
+
+    async def spy(work: Any, *args: Any) -> Any:
+        sent.append((work.__name__, args))
+        raise Stop
+
+    monkeypatch.setattr(guided_turn, "off_loop", spy)
+    turn = guided_turn.GuidedTurn(_SlowDrafts(SUB_DRAFTS[4]), history, root=tmp_path,  # type: ignore[arg-type]
+                                  task="Fix calc.py.", config=AgentConfig(), session_id="s1", turn=3,
+                                  max_tokens=512, emit=lambda e: None)
+    with pytest.raises(Stop):
+        await turn.run()
+    assert sent == [("edit_targets_of", ({"calc.py": CALC},))]  # gone.py was deleted since it was read
+    assert checks.edit_targets_of({"calc.py": CALC, "notes.md": "x\n", "broken.py": "def (\n"}) == {
+        "calc.py": ["add", "mul", WHOLE_FILE], "notes.md": [WHOLE_FILE], "broken.py": [WHOLE_FILE]}
 
 
 class _SlowDrafts:

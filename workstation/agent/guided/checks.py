@@ -43,12 +43,10 @@ from typing import TypeVar
 from workstation.agent.guided import actions
 from workstation.agent.guided.drafts import Draft, extract_code, layout_key, rank, same_code
 from workstation.agent.guided.names import draft_undefined_names, parses_in_place
-from workstation.agent.guided.state import GuidedState
 from workstation.agent.guided.symbols import (
     WHOLE_FILE, Symbol, append_function, find_symbol, header_line, new_function_signature, new_undefined_names,
     parsed, program_key, python_symbols, replace_symbol, symbol_source, twin_function,
 )
-from workstation.agent.guided.workspace import Workspace
 from workstation.core.errors import UserError
 
 T = TypeVar("T")
@@ -113,15 +111,13 @@ async def off_loop(work: Callable[..., T], *args: object) -> T:
     raise AssertionError("unreachable")
 
 
-def edit_targets_of(texts_now: dict[str, str], state: GuidedState, ws: Workspace) -> dict[str, list[str]]:
-    """Path → edit targets of each file read that still exists (the Python ones parsed)."""
+def edit_targets_of(texts: dict[str, str]) -> dict[str, list[str]]:
+    """Path → edit targets of each file (path → its text now), in order; the Python ones parsed."""
     out: dict[str, list[str]] = {}
-    for path in state.reads:
-        if path not in texts_now or path not in ws.files:
-            continue
+    for path, text in texts.items():
         names = None
         if path.endswith(".py"):
-            symbols = python_symbols(texts_now[path])
+            symbols = python_symbols(text)
             names = [s.name for s in symbols] if symbols is not None else None
         out[path] = actions.edit_targets(names)
     return out

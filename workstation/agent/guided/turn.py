@@ -170,7 +170,10 @@ class GuidedTurn:
                                            - estimate_tokens(self.view) - 600))
             now: dict[str, str] = await _blocking(_read_texts, self.root, list(state.reads))
             ws = with_named_in_files(ws, now, self.root)
-            choice = actions.choose(state, ws, await off_loop(edit_targets_of, now, state, ws))
+            # the check process gets the texts it parses: the state and the listing besides (every
+            # file as first read, the last test output) were 2-2.5x the bytes a turn, measured
+            readable = {path: now[path] for path in state.reads if path in now and path in ws.files}
+            choice = actions.choose(state, ws, await off_loop(edit_targets_of, readable))
             picked = _forced(choice)
             if picked is None:
                 picked_text = await self._choose(choice)
