@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ from workstation.agent.guided.texts import SYSTEM_PROMPT_GUIDED  # noqa: E402
 from workstation.agent.guided.turn import GuidedTurn  # noqa: E402
 from workstation.agent.guided.workspace import mentioned_paths  # noqa: E402
 from workstation.engine.chat_client import ChatDelta, Usage  # noqa: E402
+from benchmarks._loop_lag import LoopLag  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SIZES = (50, 200, 500)
@@ -222,26 +223,6 @@ def check_cpu_s() -> float:
     return total
 
 
-@dataclass(slots=True)
-class Ticker:
-    lateness_s: list[float] = field(default_factory=list)
-    cpu_s: list[float] = field(default_factory=list)
-    """The loop thread's CPU time between two ticks: what held the loop, without the time the
-    system gave other processes (a shared machine's load)."""
-    running: bool = True
-
-    def clear(self) -> None:
-        self.lateness_s.clear()
-        self.cpu_s.clear()
-
-    async def run(self) -> None:
-        while self.running:
-            start, cpu = time.perf_counter(), time.thread_time()
-            await asyncio.sleep(TICK_S)
-            self.lateness_s.append(time.perf_counter() - start - TICK_S)
-            self.cpu_s.append(time.thread_time() - cpu)
-
-
 def _history(source: Source, task: str) -> list[dict[str, Any]]:
     call = {"id": "call_read", "type": "function",
             "function": {"name": "read_file", "arguments": arguments_json({"path": source.path})}}
@@ -294,8 +275,8 @@ def _check(run: TurnRun, source: Source, kind: str) -> None:
 
 async def measure(sources: list[Source], repeats: int, sessions: int, root: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    ticker = Ticker()
-    tick = asyncio.create_task(ticker.run(), name="bench-ticker")
+    ticker = LoopLag(TICK_S)
+    ticker.start()
     await asyncio.sleep(0.05)
     ticker.clear()
 
@@ -311,7 +292,7 @@ async def measure(sources: list[Source], repeats: int, sessions: int, root: Path
             ticker.clear()
             runs = await asyncio.gather(*(one_turn(source, kind, root, f"s{i}") for i in range(count)))
             await asyncio.sleep(TICK_S * 3)  # the tick that was due at the end
-            late = sorted(ticker.lateness_s)
+            late = sorted(ticker.late_s)
             for run in runs:
                 _check(run, source, kind)
             walls.append(max(r.wall_s for r in runs))
@@ -337,9 +318,9 @@ async def measure(sources: list[Source], repeats: int, sessions: int, root: Path
         await one_turn(sources[0], "rewrite", root, "cold")
         rows.append({"case": "first turn (cold)", "file": sources[0].path, "lines": sources[0].lines,
                      "kind": "rewrite", "sessions": 1, "turn_ms_median": round(1000 * (time.perf_counter() - first), 1),
-                     "max_blocked_ms": round(1000 * max(ticker.lateness_s, default=0.0), 1),
-                     "max_blocked_ms_median": round(1000 * max(ticker.lateness_s, default=0.0), 1),
-                     "blocks_over_frame": sum(1 for x in ticker.lateness_s if x * 1000 > FRAME_MS),
+                     "max_blocked_ms": round(1000 * max(ticker.late_s, default=0.0), 1),
+                     "max_blocked_ms_median": round(1000 * max(ticker.late_s, default=0.0), 1),
+                     "blocks_over_frame": sum(1 for x in ticker.late_s if x * 1000 > FRAME_MS),
                      "max_loop_cpu_ms_median": round(1000 * max(ticker.cpu_s, default=0.0), 1),
                      "max_loop_cpu_ms": round(1000 * max(ticker.cpu_s, default=0.0), 1),
                      "check_cpu_ms_per_turn": round(1000 * (check_cpu_s() - cold_cpu), 1)})
@@ -355,8 +336,7 @@ async def measure(sources: list[Source], repeats: int, sessions: int, root: Path
         (root / middle.path).write_text(middle.text, encoding="utf-8")
         rows.append(await timed(f"{sessions} sessions, {middle.lines} lines rewrite", middle, "rewrite", sessions))
     finally:
-        ticker.running = False
-        await tick
+        await ticker.stop()
     return rows
 
 

@@ -35,24 +35,10 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.ui_ingest import _at  # noqa: E402
+from benchmarks._loop_lag import LoopLag, percentile  # noqa: E402
+from benchmarks.ui_ingest import LAG_PROBE_S, _at  # noqa: E402
 
 UI_INGEST = ROOT / "benchmarks" / "ui_ingest.py"
-LAG_PROBE_S = 0.02
-
-
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
-
-
-async def _lag_probe(samples: list[float], stop: asyncio.Event) -> None:
-    while not stop.is_set():
-        t0 = time.perf_counter()
-        await asyncio.sleep(LAG_PROBE_S)
-        samples.append(max(0.0, time.perf_counter() - t0 - LAG_PROBE_S))
 
 
 def _parse_size(text: str) -> tuple[int, int] | None:
@@ -69,9 +55,8 @@ async def _phase(window, recorder, size: tuple[int, int] | None, args, out_dir: 
 
     proc = psutil.Process()
     docs = [pane.doc for pane in window.panes.values()]
-    lag: list[float] = []
-    stop = asyncio.Event()
-    probe = asyncio.get_running_loop().create_task(_lag_probe(lag, stop), name="bench:lag-probe")
+    lag = LoopLag(LAG_PROBE_S)
+    lag.start()
     tokens0 = sum(d.tokens_flushed for d in docs)
     rate_box = {"tok_s": 0.0}
 
@@ -96,14 +81,13 @@ async def _phase(window, recorder, size: tuple[int, int] | None, args, out_dir: 
     elapsed = time.monotonic() - t0
     cpu1 = proc.cpu_times()
     tokens1 = sum(d.tokens_flushed for d in docs)
-    stop.set()
-    await probe
+    await lag.stop()
     cpu_s = (cpu1.user - cpu0.user) + (cpu1.system - cpu0.system)
     result.update(
         seconds=round(elapsed, 1),
         achieved_tok_s=round((tokens1 - tokens0) / elapsed, 1),
-        loop_lag_p50_ms=round(_percentile(lag, 50) * 1000, 2),
-        loop_lag_p99_ms=round(_percentile(lag, 99) * 1000, 2),
+        loop_lag_p50_ms=round(percentile(lag.late_s, 50) * 1000, 2),
+        loop_lag_p99_ms=round(percentile(lag.late_s, 99) * 1000, 2),
         cpu_percent=round(100.0 * cpu_s / elapsed, 1),
         load_avg_1m=round(max(load0, os.getloadavg()[0]), 2),
         _window=(t0, t0 + elapsed),

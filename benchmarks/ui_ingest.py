@@ -42,6 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks._loop_lag import LoopLag, percentile  # noqa: E402
+
 LAG_PROBE_S = 0.02
 
 # ---------------------------------------------------------------------------
@@ -210,25 +212,6 @@ def _thread_cpu(proc) -> dict[str, float]:  # type: ignore[no-untyped-def]
     return out
 
 
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
-
-
-async def _lag_probe(samples: list[float], own: list[float], stop: asyncio.Event) -> None:
-    """Lag of a 20 ms sleep; ``own`` bounds the part of it that this (GUI) thread spent
-    working — the rest is the OS giving the CPU to other processes."""
-    while not stop.is_set():
-        t0 = time.perf_counter()
-        c0 = time.thread_time()
-        await asyncio.sleep(LAG_PROBE_S)
-        lag = max(0.0, time.perf_counter() - t0 - LAG_PROBE_S)
-        samples.append(lag)
-        own.append(min(lag, time.thread_time() - c0))
-
-
 async def _bench(args: argparse.Namespace, window, port: int) -> dict:
     import psutil
 
@@ -239,10 +222,8 @@ async def _bench(args: argparse.Namespace, window, port: int) -> dict:
     streaming, ramp_s = await wait_streaming(window, args.ramp_timeout)
     await asyncio.sleep(args.warmup)
     docs = [pane.doc for pane in window.panes.values()]
-    lag: list[float] = []
-    own: list[float] = []
-    stop = asyncio.Event()
-    probe = asyncio.get_running_loop().create_task(_lag_probe(lag, own, stop), name="bench:lag-probe")
+    lag = LoopLag(LAG_PROBE_S)  # on the GUI thread: its own share of a late tick is told apart
+    lag.start()
     load0 = os.getloadavg()[0]
     tokens0 = sum(d.tokens_flushed for d in docs)
     cpu0 = proc.cpu_times()
@@ -264,8 +245,7 @@ async def _bench(args: argparse.Namespace, window, port: int) -> dict:
     cpu1 = proc.cpu_times()
     threads1 = _thread_cpu(proc)
     tokens1 = sum(d.tokens_flushed for d in docs)
-    stop.set()
-    await probe
+    await lag.stop()
     frame = window.grab()
     grab_path = Path(args.grab)
     grab_path.parent.mkdir(parents=True, exist_ok=True)
@@ -280,10 +260,10 @@ async def _bench(args: argparse.Namespace, window, port: int) -> dict:
         "seconds": round(elapsed, 1),
         "offered_tok_s": float(args.rate),
         "achieved_tok_s": round((tokens1 - tokens0) / elapsed, 1),
-        "loop_lag_p50_ms": round(_percentile(lag, 50) * 1000, 2),
-        "loop_lag_p99_ms": round(_percentile(lag, 99) * 1000, 2),
-        "loop_lag_max_ms": round(max(lag, default=0.0) * 1000, 2),
-        "loop_lag_own_p99_ms": round(_percentile(own, 99) * 1000, 2),
+        "loop_lag_p50_ms": round(percentile(lag.late_s, 50) * 1000, 2),
+        "loop_lag_p99_ms": round(percentile(lag.late_s, 99) * 1000, 2),
+        "loop_lag_max_ms": round(max(lag.late_s, default=0.0) * 1000, 2),
+        "loop_lag_own_p99_ms": round(percentile(lag.own_late_s(), 99) * 1000, 2),
         "load_avg_1m": round(max(load0, os.getloadavg()[0]), 2),
         "cpu_percent": round(100.0 * cpu_s / elapsed, 1),
         "gui_thread_cpu_percent": round(100.0 * gui_s / elapsed, 1),
