@@ -309,29 +309,12 @@ def _shape_capture(args: argparse.Namespace) -> int:
 
 
 # --------------------------------------------------------------------------- bench
-def _builtin_choices(args: argparse.Namespace, settings) -> tuple[int, str]:  # type: ignore[no-untyped-def]
-    """The built-in workload's ``guided_choices`` for the model the arguments name (``--model``,
-    else the settings'), and the words that say why."""
-    from workstation.tuning.loadgen import guided_agent_choices, guided_draft_choices, workload_model
-
-    mode = getattr(args, "guided", "auto")
-    if mode == "yes":
-        return guided_draft_choices(), "as the guided protocol sends it (--guided yes)"
-    if mode == "no" or settings is None:
-        return 0, "plain (--guided no)" if mode == "no" else "plain"
-    model = workload_model(settings, getattr(args, "model", None))
-    choices = guided_agent_choices(settings, model)
-    if choices:
-        return choices, f"as the guided protocol sends it (the app's agents are guided for {model.served_name})"
-    return 0, f"plain (the app's agents are not guided for {model.served_name})"
-
-
 def _workload(args: argparse.Namespace, store, *, default_concurrency: int = 8,  # type: ignore[no-untyped-def]
               builtin_when_none: bool = False, settings=None, verb: str = "tuning for"):
     """The workload the arguments ask for. ``builtin_when_none``: with no shape captured and
     none asked for, the built-in agent-like workload instead of an error — as the app's agents
     send it to the model (``settings``: whose model, unless ``--model`` names one)."""
-    from workstation.tuning.loadgen import agent_like_workload, workload_from_shape
+    from workstation.tuning.loadgen import builtin_workload, workload_from_shape
     from workstation.tuning.results import Slo, Workload
 
     slo = Slo(ttft_ms=args.slo_ttft_ms, tpot_ms=args.slo_tpot_ms)
@@ -346,10 +329,13 @@ def _workload(args: argparse.Namespace, store, *, default_concurrency: int = 8, 
                      max_requests=args.max_requests, content=getattr(args, "content", None) or "random")
         return w, None, slo
     if builtin_when_none and args.shape is None and not store.shapes():
-        choices, how = _builtin_choices(args, settings)
-        w = agent_like_workload(concurrency=args.concurrency, duration_s=args.duration_s, warmup_s=args.warmup_s,
-                                max_requests=args.max_requests, content=getattr(args, "content", None) or "code",
-                                guided_choices=choices)
+        mode = getattr(args, "guided", "auto")
+        w, how = builtin_workload(settings, getattr(args, "model", None), guided={"yes": True, "no": False}.get(mode),
+                                  concurrency=args.concurrency, duration_s=args.duration_s,
+                                  warmup_s=args.warmup_s, max_requests=args.max_requests,
+                                  content=getattr(args, "content", None) or "code")
+        if mode != "auto":
+            how += f" (--guided {mode})"
         _say(f"no traffic shape captured yet: {verb} the built-in agent-like workload, {how} ({w.describe()}); "
              "capture your own with `workstation shape capture`")
         return (replace(w, request_rate_per_s=args.rate) if args.rate else w), None, slo

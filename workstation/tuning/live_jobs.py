@@ -24,7 +24,7 @@ from workstation.engine.environment import EngineInstall
 from workstation.tuning.autotune import MIN_REPEATS, Autotuner
 from workstation.tuning.bench import context_for, run_workload
 from workstation.tuning.fleet_capture import FleetMaker, capture_fleet_shape
-from workstation.tuning.loadgen import agent_like_workload, guided_agent_choices, workload_from_shape, workload_model
+from workstation.tuning.loadgen import builtin_workload, workload_from_shape
 from workstation.tuning.results import Workload
 from workstation.tuning.store import TuningStore
 from workstation.tuning.tune_plan import plan_tune
@@ -67,16 +67,16 @@ class LiveJobs:
         names = self.store.shapes()
         return self.store.load_shape(names[-1]) if names else None
 
-    async def _builtin(self, served_name: str | None, *, duration_s: float, warmup_s: float,
-                       concurrency: int | None = None) -> Workload:
-        """The built-in agent-like workload as the app's agents send it to this model: the
-        guided protocol's requests where they are guided for it (no settings: the plain one)."""
-        choices = 0
-        if self.settings is not None:
-            spec = await asyncio.to_thread(workload_model, self.settings, served_name)
-            choices = await asyncio.to_thread(guided_agent_choices, self.settings, spec)
-        return agent_like_workload(concurrency=concurrency, duration_s=duration_s, warmup_s=warmup_s,
-                                   guided_choices=choices)
+    async def _workload(self, shape: TrafficShape | None, served_name: str | None, *, duration_s: float,
+                        warmup_s: float, concurrency: int | None = None) -> Workload:
+        """The shape's replay, else the built-in agent-like workload as the app's agents send it
+        to this model (:func:`~workstation.tuning.loadgen.builtin_workload`; no settings: the
+        plain one)."""
+        if shape is not None:
+            return workload_from_shape(shape, concurrency=concurrency, duration_s=duration_s, warmup_s=warmup_s)
+        workload, _how = await asyncio.to_thread(builtin_workload, self.settings, served_name, concurrency=concurrency,
+                                                 duration_s=duration_s, warmup_s=warmup_s)
+        return workload
 
     async def tune(self, say: Say) -> str:
         """Autotune a trial engine (beside the live one: it needs free GPU memory) for the newest
@@ -84,8 +84,7 @@ class LiveJobs:
         if self.settings is None or self.autotuners is None:
             raise UserError("tuning needs the app's settings and service factory")
         shape = self._newest_shape()
-        workload = (workload_from_shape(shape, duration_s=30.0, warmup_s=5.0) if shape is not None
-                    else await self._builtin(None, duration_s=30.0, warmup_s=5.0))
+        workload = await self._workload(shape, None, duration_s=30.0, warmup_s=5.0)
         say("planning: the installed engine, its flags and the changes worth trying…")
         plan = await plan_tune(self.settings, self.store, workload, shape=shape)
         say(plan.describe(workload, self.tune_s, MIN_REPEATS))
@@ -108,12 +107,8 @@ class LiveJobs:
         """Load the live engine for ``bench_s``; stores the result."""
         shape = self._newest_shape()
         endpoint = self.endpoint()
-        if shape is not None:
-            workload = workload_from_shape(shape, concurrency=self.bench_concurrency, duration_s=self.bench_s,
-                                           warmup_s=min(5.0, self.bench_s / 5))
-        else:
-            workload = await self._builtin(endpoint.model, concurrency=self.bench_concurrency,
-                                           duration_s=self.bench_s, warmup_s=min(5.0, self.bench_s / 5))
+        workload = await self._workload(shape, endpoint.model, concurrency=self.bench_concurrency,
+                                        duration_s=self.bench_s, warmup_s=min(5.0, self.bench_s / 5))
         say(f"benchmark of {endpoint.base_url}: {workload.describe()}"
             + (f" (shape {shape.name})" if shape is not None else
                f" (no shape captured: the built-in agent-like one{_guided_words(workload)})"))

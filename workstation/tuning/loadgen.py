@@ -493,3 +493,26 @@ def workload_model(settings: Settings, name: str | None = None) -> ModelSpec:
             if own.served_name == name:
                 return own
     return spec
+
+
+def builtin_workload(settings: Settings | None, model: str | None = None, *, guided: bool | None = None,
+                     concurrency: int | None = None, duration_s: float = 30.0, warmup_s: float = 5.0,
+                     max_requests: int | None = None, content: str = "code") -> tuple[Workload, str]:
+    """The built-in agent-like workload (what to measure before a shape is captured) as the
+    app's agents send it to ``model`` (:func:`workload_model`; None: the settings' model):
+    the guided protocol's requests where the agents are guided for it, else the plain ones
+    (no settings: plain); ``guided`` True or False: that way whatever the model. With the
+    words that say which and why ("as the guided protocol sends it (the app's agents are
+    guided for smollm2)"). The tune and bench verbs and the Tuning dock's jobs all decide it
+    here. Reads the model's files: call off the event loop."""
+    why = ""
+    if guided is None:
+        guided = False
+        if settings is not None:
+            spec = workload_model(settings, model)
+            guided = guided_agent_choices(settings, spec) > 0
+            why = f" (the app's agents are {'' if guided else 'not '}guided for {spec.served_name})"
+    workload = agent_like_workload(concurrency=concurrency, duration_s=duration_s, warmup_s=warmup_s,
+                                   max_requests=max_requests, content=content,
+                                   guided_choices=guided_draft_choices() if guided else 0)
+    return workload, ("as the guided protocol sends it" if guided else "plain") + why
