@@ -38,7 +38,6 @@ from workstation.services import Services  # noqa: E402
 from workstation.telemetry.host import process_tree  # noqa: E402
 from benchmarks._endpoint import add_endpoint_args, on_endpoint  # noqa: E402
 from workstation.tuning.capture import TrafficRecorder  # noqa: E402
-from workstation.tuning.fleet_capture import estimate_common_prefix  # noqa: E402
 from workstation.tuning.loadgen import LoadGenerator, workload_from_shape  # noqa: E402
 
 
@@ -96,8 +95,7 @@ async def run(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, Any]:
     fleet = await _fleet_run().run(fleet_args, endpoint, observe=capture)
     recorder = capture.recorder
     assert recorder is not None
-    recorder.common_prefix_tokens = estimate_common_prefix(recorder)
-    shape = recorder.shape()
+    shape = recorder.shape()  # its common prefix estimated from what it recorded
     out: dict[str, Any] = {"fleet_hit_rate": fleet["prefix_hit_rate"], "fleet_tool_calls_mean": fleet["tool_calls_mean"],
                            "shape": shape.summary_line(), "requests": shape.requests,
                            "guided_fraction": round(shape.guided_fraction, 3)}

@@ -226,7 +226,7 @@ class ShapeCapture:
         self.recorder.detach_all()
 
     def shape(self):  # type: ignore[no-untyped-def]
-        from workstation.tuning.fleet_capture import estimate_common_prefix
+        from workstation.tuning.capture import estimate_common_prefix
 
         self.recorder.common_prefix_tokens = estimate_common_prefix(self.recorder)
         return self.recorder.shape()

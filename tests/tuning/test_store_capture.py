@@ -180,7 +180,7 @@ async def test_a_client_records_each_requests_constraint_and_what_it_repeats_of_
 def test_the_fleets_priming_tells_the_common_prefix():
     """The priming request's prompt is the shared system prompt (and a stub user turn), so the
     common prefix is known instead of guessed from the shortest first prompt."""
-    from workstation.tuning.fleet_capture import PRIMING_OWN_TOKENS, estimate_common_prefix
+    from workstation.tuning.capture import PRIMING_OWN_TOKENS, estimate_common_prefix
 
     recorder = TrafficRecorder("f")
     recorder.source = "fleet"
@@ -194,3 +194,21 @@ def test_the_fleets_priming_tells_the_common_prefix():
     assert estimate_common_prefix(recorder) == 1600 - 96
     recorder.common_prefix_tokens = estimate_common_prefix(recorder)
     assert recorder.shape().sessions == 2
+
+
+def test_a_fleets_shape_carries_the_common_prefix_it_estimates():
+    """``shape()`` of a fleet's recording estimates the prefix its sessions share (the headless
+    capture and the benchmarks take it so); one given is kept; chat clients' share none."""
+    from workstation.tuning.capture import PRIMING_OWN_TOKENS
+
+    def recording(source: str, **kwargs) -> TrafficRecorder:  # type: ignore[no-untyped-def]
+        recorder = TrafficRecorder("f", **kwargs)
+        recorder.source = source
+        recorder.observe(rec(None, 0, 1400, 1))
+        for i, sid in enumerate(("a", "b")):
+            recorder.observe(rec(sid, 1 + i, 1600 + 100 * i, 20))
+        return recorder
+
+    assert recording("fleet").shape().common_prefix_tokens == 1400 - PRIMING_OWN_TOKENS
+    assert recording("fleet", common_prefix_tokens=500).shape().common_prefix_tokens == 500
+    assert recording("chat-client").shape().common_prefix_tokens == 0

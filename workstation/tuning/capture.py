@@ -12,7 +12,8 @@ its own usage, timing and ``n`` (``choices``), from either way in:
   code request, each for ``n`` drafts at once. The fleet's requests without a session are
   its prefix-cache priming (one per engine: the shared system prompt, one token out): it is
   kept apart (``priming``), not a one-request session of the shape, and tells the length
-  of the prefix every session shares.
+  of the prefix every session shares (a fleet's ``shape()`` estimates it from them,
+  :func:`estimate_common_prefix`, for every caller).
 
 With an endpoint it also reads the engine's ``/metrics`` (the telemetry parser) at start
 and stop, so the shape carries the prefix-cache hit rate the server achieved even when the
@@ -33,17 +34,24 @@ from workstation.telemetry.vllm_metrics import MetricsReading
 from workstation.tuning.loadgen import read_metrics
 
 MAX_RECORDS = 50_000
+FIRST_TASK_ALLOWANCE_TOKENS = 96
+"""Tokens of a session's first prompt that are its own task, not the shared system prompt."""
+PRIMING_OWN_TOKENS = 8
+"""Tokens of the priming request's prompt after the shared prefix: its one-character user
+turn in the chat template, and the assistant header."""
 
 
 class TrafficRecorder:
     """Collects requests while attached; ``shape()`` turns them into a :class:`TrafficShape`."""
 
     def __init__(self, name: str, *, http: httpx.AsyncClient | None = None, endpoint: Endpoint | None = None,
-                 common_prefix_tokens: int = 0, max_records: int = MAX_RECORDS) -> None:
+                 common_prefix_tokens: int | None = None, max_records: int = MAX_RECORDS) -> None:
         self.name = name
         self.http = http
         self.endpoint = endpoint
         self.common_prefix_tokens = common_prefix_tokens
+        """The prefix every session shares; None: a fleet's is estimated from what was recorded
+        (:func:`estimate_common_prefix`), chat clients' is 0."""
         self.max_records = max_records
         self.records: list[RequestRecord] = []
         self.priming: list[RequestRecord] = []
@@ -125,6 +133,25 @@ class TrafficRecorder:
         notes = [f"{self.dropped} requests beyond {self.max_records} not recorded"] if self.dropped else []
         notes.append("metrics are the whole engine's: other clients in the window count too"
                      if self._metrics_start is not None else "no /metrics read")
-        return shape_from_records(self.name, self.records, bin_s=bin_s, span=span,
-                                  common_prefix_tokens=self.common_prefix_tokens,
+        prefix = self.common_prefix_tokens
+        if prefix is None:
+            prefix = estimate_common_prefix(self) if self.source == "fleet" else 0
+        return shape_from_records(self.name, self.records, bin_s=bin_s, span=span, common_prefix_tokens=prefix,
                                   metrics_hit_rate=self.metrics_hit_rate(), source=self.source, notes=notes)
+
+
+def estimate_common_prefix(recorder: TrafficRecorder) -> int:
+    """The agents' system prompt and tool specs are the same for every session: their length
+    is the fleet's priming request's prompt (that prefix, a stub user turn), where it was
+    recorded; else the shortest first prompt minus an allowance for the task text. Never
+    more than the shortest first prompt."""
+    firsts: dict[str, int] = {}
+    for r in recorder.records:
+        if r.session_id and r.session_id not in firsts and r.prompt_tokens:
+            firsts[r.session_id] = r.prompt_tokens
+    primed = [r.prompt_tokens for r in recorder.priming if r.ok and r.prompt_tokens]
+    if primed and firsts:
+        return max(0, min(max(primed) - PRIMING_OWN_TOKENS, min(firsts.values())))
+    if len(firsts) < 2:
+        return 0
+    return max(0, min(firsts.values()) - FIRST_TASK_ALLOWANCE_TOKENS)

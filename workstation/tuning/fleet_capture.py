@@ -40,30 +40,6 @@ app's one service factory (``Services.fleet``), so its agents run under the sett
 sandbox policy like every other fleet's."""
 
 FOLLOW_UP = "Check your work: run the tests again, fix anything that still fails, and finish the task."
-FIRST_TASK_ALLOWANCE_TOKENS = 96
-"""Tokens of a session's first prompt that are its own task, not the shared system prompt."""
-PRIMING_OWN_TOKENS = 8
-"""Tokens of the priming request's prompt after the shared prefix: its one-character user
-turn in the chat template, and the assistant header."""
-
-
-def estimate_common_prefix(recorder: TrafficRecorder) -> int:
-    """The agents' system prompt and tool specs are the same for every session: their length
-    is the fleet's priming request's prompt (that prefix, a stub user turn), where it was
-    recorded; else the shortest first prompt minus an allowance for the task text. Never
-    more than the shortest first prompt."""
-    firsts: dict[str, int] = {}
-    for r in recorder.records:
-        if r.session_id and r.session_id not in firsts and r.prompt_tokens:
-            firsts[r.session_id] = r.prompt_tokens
-    primed = [r.prompt_tokens for r in recorder.priming if r.ok and r.prompt_tokens]
-    if primed and firsts:
-        return max(0, min(max(primed) - PRIMING_OWN_TOKENS, min(firsts.values())))
-    if len(firsts) < 2:
-        return 0
-    return max(0, min(firsts.values()) - FIRST_TASK_ALLOWANCE_TOKENS)
-
-
 async def capture_fleet_shape(
     http: httpx.AsyncClient,
     endpoint: Endpoint,
@@ -124,5 +100,4 @@ async def capture_fleet_shape(
     finally:
         recorder.detach_all()
         await fleet.aclose()
-    recorder.common_prefix_tokens = estimate_common_prefix(recorder)
-    return recorder.shape()
+    return recorder.shape()  # its common prefix estimated from what it recorded
