@@ -252,10 +252,15 @@ def _shape_show(args: argparse.Namespace) -> int:
     for note in shape.notes:
         print(f"  note: {note}")
     if args.json:
-        data = shape.to_dict()
-        data.pop("trace", None)
-        print(orjson.dumps(data).decode())
+        print(_shape_json(shape))
     return 0
+
+
+def _shape_json(shape) -> str:  # type: ignore[no-untyped-def]
+    """A shape's statistics as one JSON line: all but its trace (up to thousands of requests)."""
+    data = shape.to_dict()
+    data.pop("trace", None)
+    return orjson.dumps(data).decode()
 
 
 def _shape_name(store, name: str | None) -> str:  # type: ignore[no-untyped-def]
@@ -299,9 +304,7 @@ def _shape_capture(args: argparse.Namespace) -> int:
         print(shape.summary_line())
         print(f"saved {path}")
         if args.json:
-            data = shape.to_dict()
-            data.pop("trace", None)
-            print(orjson.dumps(data).decode())
+            print(_shape_json(shape))
         return 0
 
     store.root.mkdir(parents=True, exist_ok=True)
