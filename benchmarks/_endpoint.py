@@ -1,7 +1,8 @@
 """The endpoint a fleet benchmark runs against: the URL its arguments give (``--endpoint``,
 ``--api-key``, ``--model``), else the managed engine, started and stopped around the run
-(:func:`workstation.services.served_endpoint`). One copy for demo_tasks, fleet_run and
-replay_fidelity, which each had the same arguments and the same ``main``."""
+(:func:`workstation.services.served_endpoint`), with the services the run uses (the ones that
+hold that engine: a benchmark builds no second set beside them). One copy for demo_tasks,
+fleet_run and replay_fidelity, which each had the same arguments and the same ``main``."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from workstation.config import Settings, load_settings
+from workstation.config import load_settings
 from workstation.core.endpoints import Endpoint
-from workstation.services import served_endpoint
+from workstation.services import Services, served_endpoint
 
 T = TypeVar("T")
 
@@ -23,9 +24,8 @@ def add_endpoint_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model")
 
 
-async def on_endpoint(args: Any, run: Callable[[Endpoint, Settings], Awaitable[T]]) -> T:
-    """``run(endpoint, settings)`` on the endpoint ``args`` name (engine progress on stderr)."""
-    settings = load_settings()
-    async with served_endpoint(settings, args.endpoint, args.api_key, args.model,
-                               say=lambda m: print(f"engine: {m}", file=sys.stderr)) as endpoint:
-        return await run(endpoint, settings)
+async def on_endpoint(args: Any, run: Callable[[Endpoint, Services], Awaitable[T]]) -> T:
+    """``run(endpoint, services)`` on the endpoint ``args`` name (engine progress on stderr)."""
+    async with served_endpoint(load_settings(), args.endpoint, args.api_key, args.model,
+                               say=lambda m: print(f"engine: {m}", file=sys.stderr)) as (services, endpoint):
+        return await run(endpoint, services)

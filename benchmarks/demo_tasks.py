@@ -66,7 +66,7 @@ def run_tests(worktree: str) -> tuple[bool, str]:
     return done.returncode == 0, lines[-1] if lines else f"exit {done.returncode}"
 
 
-async def run(args: argparse.Namespace, endpoint, settings) -> dict:  # type: ignore[no-untyped-def]
+async def run(args: argparse.Namespace, endpoint, services: Services) -> dict:  # type: ignore[no-untyped-def]
     work = Path(tempfile.mkdtemp(prefix="ws-demo-tasks-"))
     plan = await asyncio.to_thread(prepare_demo, work / "data", sessions=args.tasks, manifest=args.manifest,
                                    workdir=work / "repos")
@@ -93,32 +93,31 @@ async def run(args: argparse.Namespace, endpoint, settings) -> dict:  # type: ig
 
     t0 = time.monotonic()
     timed_out = False
-    async with Services(settings) as services:
-        fleet = services.fleet(endpoints=[endpoint], data_dir=work / "data", max_generating=args.concurrency,
-                               resume_on_start=False)
-        fleet.agent_event.connect(on_agent)
-        await fleet.start()
+    fleet = services.fleet(endpoints=[endpoint], data_dir=work / "data", max_generating=args.concurrency,
+                           resume_on_start=False)
+    fleet.agent_event.connect(on_agent)
+    await fleet.start()
+    try:
+        for spec, planned in zip(demo_specs(plan, headless=True), plan.sessions, strict=True):
+            if args.only and planned.name not in args.only.split(","):
+                continue
+            spec = type(spec)(**{**spec.to_json(), "max_steps": args.max_steps,
+                                 "auto_approve": ("all",), "shared_links": ()})
+            made = await fleet.create_session(spec)
+            rows[made.session_id] = Row(planned.name, made.session_id)
+        for sid in rows:
+            await fleet.start_session(sid)
         try:
-            for spec, planned in zip(demo_specs(plan, headless=True), plan.sessions, strict=True):
-                if args.only and planned.name not in args.only.split(","):
-                    continue
-                spec = type(spec)(**{**spec.to_json(), "max_steps": args.max_steps,
-                                     "auto_approve": ("all",), "shared_links": ()})
-                made = await fleet.create_session(spec)
-                rows[made.session_id] = Row(planned.name, made.session_id)
+            async with asyncio.timeout(args.timeout_s):
+                await fleet.wait_settled()
+        except TimeoutError:
+            timed_out = True
             for sid in rows:
-                await fleet.start_session(sid)
-            try:
-                async with asyncio.timeout(args.timeout_s):
-                    await fleet.wait_settled()
-            except TimeoutError:
-                timed_out = True
-                for sid in rows:
-                    await fleet.stop(sid)
-            wall = time.monotonic() - t0
-            summaries = {sid: fleet.summary(sid) for sid in rows}
-        finally:
-            await fleet.aclose()
+                await fleet.stop(sid)
+        wall = time.monotonic() - t0
+        summaries = {sid: fleet.summary(sid) for sid in rows}
+    finally:
+        await fleet.aclose()
     for sid, row in rows.items():
         summary = summaries[sid]
         row.state = summary.state.value
@@ -159,7 +158,7 @@ def table(result: dict) -> str:
 
 
 async def main(args: argparse.Namespace) -> dict:
-    return await on_endpoint(args, lambda endpoint, settings: run(args, endpoint, settings))
+    return await on_endpoint(args, lambda endpoint, services: run(args, endpoint, services))
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workstation.config import load_settings  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
 from workstation.services import Services  # noqa: E402
 from workstation.telemetry.host import process_tree  # noqa: E402
@@ -88,7 +87,7 @@ def cpu_s(procs: list[psutil.Process]) -> float:
     return total
 
 
-async def run(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, Any]:
+async def run(args: argparse.Namespace, endpoint: Endpoint, services: Services) -> dict[str, Any]:
     capture = Capture(endpoint)
     fleet_args = argparse.Namespace(sessions=args.sessions, max_steps=args.max_steps, temperature=None,
                                     timeout_s=args.timeout_s, keep=False)
@@ -100,29 +99,28 @@ async def run(args: argparse.Namespace, endpoint: Endpoint) -> dict[str, Any]:
                            "shape": shape.summary_line(), "requests": shape.requests,
                            "guided_fraction": round(shape.guided_fraction, 3)}
     procs = engine_processes(endpoint)
-    async with Services(load_settings()) as services:
-        http = services.http
-        w = workload_from_shape(shape, concurrency=shape.sessions, duration_s=args.replay_s, warmup_s=5.0)
-        replay = await LoadGenerator(http, endpoint, w, shape=shape).run()
-        out["replay_hit_rate"] = None if replay.prefix_cache_hit_rate is None else round(replay.prefix_cache_hit_rate, 4)
-        for pair in range(args.pairs):
-            for constrained in ((True, False) if pair % 2 == 0 else (False, True)):
-                w = workload_from_shape(shape, concurrency=shape.sessions, duration_s=args.timeout_s, warmup_s=0.0,
-                                        max_requests=shape.requests, seed=pair, constrained=constrained)
-                before = cpu_s(procs)
-                result = await LoadGenerator(http, endpoint, w, shape=shape).run()
-                spent = cpu_s(procs) - before
-                key = "constrained" if constrained else "unconstrained"
-                out.setdefault(f"{key}_tok_s", []).append(round(result.output_tok_s, 1))
-                if procs and result.output_tokens:
-                    out.setdefault(f"{key}_cpu_ms_per_tok", []).append(round(1000 * spent / result.output_tokens, 3))
+    http = services.http
+    w = workload_from_shape(shape, concurrency=shape.sessions, duration_s=args.replay_s, warmup_s=5.0)
+    replay = await LoadGenerator(http, endpoint, w, shape=shape).run()
+    out["replay_hit_rate"] = None if replay.prefix_cache_hit_rate is None else round(replay.prefix_cache_hit_rate, 4)
+    for pair in range(args.pairs):
+        for constrained in ((True, False) if pair % 2 == 0 else (False, True)):
+            w = workload_from_shape(shape, concurrency=shape.sessions, duration_s=args.timeout_s, warmup_s=0.0,
+                                    max_requests=shape.requests, seed=pair, constrained=constrained)
+            before = cpu_s(procs)
+            result = await LoadGenerator(http, endpoint, w, shape=shape).run()
+            spent = cpu_s(procs) - before
+            key = "constrained" if constrained else "unconstrained"
+            out.setdefault(f"{key}_tok_s", []).append(round(result.output_tok_s, 1))
+            if procs and result.output_tokens:
+                out.setdefault(f"{key}_cpu_ms_per_tok", []).append(round(1000 * spent / result.output_tokens, 3))
     for key in [k for k, v in out.items() if isinstance(v, list)]:
         out[f"{key}_median"] = statistics.median(out[key])
     return out
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    return await on_endpoint(args, lambda endpoint, settings: run(args, endpoint))
+    return await on_endpoint(args, lambda endpoint, services: run(args, endpoint, services))
 
 
 if __name__ == "__main__":

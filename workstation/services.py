@@ -413,15 +413,17 @@ def shutdown_stage(what: str) -> Iterator[None]:
 
 @contextlib.asynccontextmanager
 async def served_endpoint(settings: Settings, url: str | None = None, api_key: str = "", model: str | None = None,
-                          *, say: Callable[[str], None] | None = None) -> AsyncIterator[Endpoint]:
-    """What a benchmark runs against: the endpoint at ``url`` where one is given, else the
-    managed engine serving ``model`` (default the embedded SmolLM2), started here and stopped
-    when the block ends."""
-    if url:
-        from workstation.engine.acquire import external_endpoint
-
-        yield await external_endpoint(url, api_key, model)
-        return
+                          *, say: Callable[[str], None] | None = None) -> AsyncIterator[tuple[Services, Endpoint]]:
+    """What a benchmark runs against, and the services it runs with: the endpoint at ``url``
+    where one is given, else the managed engine serving ``model`` (default the embedded
+    SmolLM2), started here; when the block ends the services close (what the run built on
+    them, then that engine)."""
     async with Services(settings) as services:
-        engine = await services.engine(model=model or "smollm2")
-        yield await engine.start(progress=say)
+        if url:
+            from workstation.engine.acquire import external_endpoint
+
+            endpoint = await external_endpoint(url, api_key, model)
+        else:
+            engine = await services.engine(model=model or "smollm2")
+            endpoint = await engine.start(progress=say)
+        yield services, endpoint
