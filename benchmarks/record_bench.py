@@ -25,7 +25,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,9 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks._loop_lag import LoopLag, percentile  # noqa: E402
-from benchmarks.ui_ingest import LAG_PROBE_S, _at  # noqa: E402
-
-UI_INGEST = ROOT / "benchmarks" / "ui_ingest.py"
+from benchmarks.ui_ingest import LAG_PROBE_S, _at, token_source  # noqa: E402
 
 
 def _parse_size(text: str) -> tuple[int, int] | None:
@@ -151,16 +148,8 @@ def run(args: argparse.Namespace, out_dir: Path) -> list[dict]:
     from workstation.ui.theme import apply_theme
 
     deadline_s = 120 + 2 * (args.warmup + args.rounds * len(args.sizes) * (args.seconds + 4)) + 120
-    source = subprocess.Popen(
-        [sys.executable, str(UI_INGEST), "--serve", "--rate", str(args.rate), "--sessions",
-         str(args.sessions), "--deadline-s", str(deadline_s), "--source-hz", "0"],
-        stdout=subprocess.PIPE, text=True, preexec_fn=(lambda: os.nice(args.source_nice)) if args.source_nice else None,
-    )
-    try:
-        line = source.stdout.readline()
-        if not line.startswith("PORT "):
-            raise SystemExit(f"token source did not start: {line!r}")
-        port = int(line.split()[1])
+    with token_source(rate=args.rate, sessions=args.sessions, deadline_s=deadline_s,
+                      nice=args.source_nice) as source:
         settings = load_settings()
         install_qt_logging()
         app = QApplication.instance() or QApplication(sys.argv[:1])
@@ -170,20 +159,10 @@ def run(args: argparse.Namespace, out_dir: Path) -> list[dict]:
         window.resize(*args.window)
         window.show()
         with loop:
-            phases = loop.run_until_complete(_bench(args, window, port, out_dir))
+            phases = loop.run_until_complete(_bench(args, window, source.port, out_dir))
             window.allow_close()
             window.close()
-    finally:
-        source.terminate()
-        try:
-            out, _ = source.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            source.kill()
-            out, _ = source.communicate()
-    samples = []
-    for text in (out or "").splitlines():
-        if text.startswith("STATS "):
-            samples = json.loads(text[6:]).get("samples") or []
+    samples = source.stats.get("samples") or []
     for phase in phases:
         t0, t1 = phase.pop("_window")
         if len(samples) >= 2:  # what the source (another process, same cores) sent and cost

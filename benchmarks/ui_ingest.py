@@ -30,13 +30,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -294,12 +298,44 @@ def _at(samples: list[list[float]], t: float, column: int) -> float:
     return float(samples[-1][column])
 
 
-def source_nice(level: int):  # type: ignore[no-untyped-def]
-    """``preexec_fn`` lowering the token source's priority: it stands in for an engine that on a
-    GPU machine has cores of its own; on a 2-core box it would otherwise take the app's."""
-    if not level:
-        return None
-    return lambda: os.nice(level)
+@dataclass
+class SourceRun:
+    port: int
+    """Where the source listens (127.0.0.1)."""
+    stats: dict[str, Any] = field(default_factory=dict)
+    """Its ``STATS`` line, once it has stopped: tokens sent, its CPU, samples over time."""
+
+
+@contextlib.contextmanager
+def token_source(*, rate: float, sessions: int, deadline_s: float, source_hz: float = 0,
+                 nice: int = 0) -> Iterator[SourceRun]:
+    """The token source in its own process (``ui_ingest.py --serve``) for the block, stopped at
+    its end (or at ``deadline_s`` by itself). ``nice`` lowers its priority: it stands in for an
+    engine that on a GPU machine has cores of its own; on a 2-core box it would otherwise take
+    the app's."""
+    source = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), "--serve", "--rate", str(rate), "--sessions", str(sessions),
+         "--deadline-s", str(deadline_s), "--source-hz", str(source_hz)],
+        stdout=subprocess.PIPE, text=True, preexec_fn=(lambda: os.nice(nice)) if nice else None,
+    )
+    run = None
+    try:
+        assert source.stdout is not None
+        line = source.stdout.readline()
+        if not line.startswith("PORT "):
+            raise SystemExit(f"token source did not start: {line!r}")
+        run = SourceRun(int(line.split()[1]))
+        yield run
+    finally:
+        source.terminate()
+        try:
+            out, _ = source.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            source.kill()
+            out, _ = source.communicate()
+        for text in (out or "").splitlines():
+            if run is not None and text.startswith("STATS "):
+                run.stats = json.loads(text[6:])
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -312,16 +348,8 @@ def run(args: argparse.Namespace) -> dict:
     from workstation.ui.theme import apply_theme
 
     deadline_s = args.ramp_timeout + args.warmup + args.seconds + 30
-    source = subprocess.Popen(
-        [sys.executable, __file__, "--serve", "--rate", str(args.rate), "--sessions", str(args.sessions),
-         "--deadline-s", str(deadline_s), "--source-hz", str(args.source_hz or 0)],
-        stdout=subprocess.PIPE, text=True, preexec_fn=source_nice(args.source_nice),
-    )
-    try:
-        line = source.stdout.readline()
-        if not line.startswith("PORT "):
-            raise SystemExit(f"token source did not start: {line!r}")
-        port = int(line.split()[1])
+    with token_source(rate=args.rate, sessions=args.sessions, deadline_s=deadline_s,
+                      source_hz=args.source_hz or 0, nice=args.source_nice) as source:
         settings = load_settings()
         if args.flush_hz:
             settings.ui.flush_hz = args.flush_hz
@@ -336,38 +364,30 @@ def run(args: argparse.Namespace) -> dict:
         window.show()
         settle_garbage_collector()  # as the app does once its window is up
         with loop:
-            result = loop.run_until_complete(_bench(args, window, port))
+            result = loop.run_until_complete(_bench(args, window, source.port))
             window.allow_close()
             window.close()
-    finally:
-        source.terminate()
-        try:
-            out, _ = source.communicate(timeout=10)
-        except subprocess.TimeoutExpired:
-            source.kill()
-            out, _ = source.communicate()
     t0, t1 = result.pop("_window")
     result["source_nice"] = args.source_nice
     result["cpus"] = os.cpu_count()
-    for text in (out or "").splitlines():
-        if text.startswith("STATS "):
-            stats = json.loads(text[6:])
-            result["source_sent"] = stats["sent"]
-            result["source_cpu_s"] = stats.get("cpu_s")
-            result["source_skipped_ticks"] = stats.get("skipped_ticks")
-            result["source_streams"] = stats.get("streams")
-            samples = stats.get("samples") or []
-            if len(samples) >= 2:
-                sent = _at(samples, t1, 1) - _at(samples, t0, 1)
-                due = _at(samples, t1, 2) - _at(samples, t0, 2)
-                result["source_sent_tok_s"] = round(sent / (t1 - t0), 1)
-                result["source_due_tok_s"] = round(due / (t1 - t0), 1)
-                result["source_behind_tokens"] = round(_at(samples, t1, 2) - _at(samples, t1, 1))
-                result["achieved_pct_of_offered"] = round(100.0 * result["achieved_tok_s"] / args.rate, 2)
-                result["achieved_pct_of_sent"] = round(100.0 * result["achieved_tok_s"] / max(1.0, sent / (t1 - t0)), 2)
-                # the source is another process, on the same 2 cores here (an engine on a GPU
-                # machine has cores of its own): what it cost over the measuring window
-                result["source_cpu_percent"] = round(100.0 * (_at(samples, t1, 3) - _at(samples, t0, 3)) / (t1 - t0), 1)
+    stats = source.stats
+    if stats:
+        result["source_sent"] = stats["sent"]
+        result["source_cpu_s"] = stats.get("cpu_s")
+        result["source_skipped_ticks"] = stats.get("skipped_ticks")
+        result["source_streams"] = stats.get("streams")
+        samples = stats.get("samples") or []
+        if len(samples) >= 2:
+            sent = _at(samples, t1, 1) - _at(samples, t0, 1)
+            due = _at(samples, t1, 2) - _at(samples, t0, 2)
+            result["source_sent_tok_s"] = round(sent / (t1 - t0), 1)
+            result["source_due_tok_s"] = round(due / (t1 - t0), 1)
+            result["source_behind_tokens"] = round(_at(samples, t1, 2) - _at(samples, t1, 1))
+            result["achieved_pct_of_offered"] = round(100.0 * result["achieved_tok_s"] / args.rate, 2)
+            result["achieved_pct_of_sent"] = round(100.0 * result["achieved_tok_s"] / max(1.0, sent / (t1 - t0)), 2)
+            # the source is another process, on the same 2 cores here (an engine on a GPU
+            # machine has cores of its own): what it cost over the measuring window
+            result["source_cpu_percent"] = round(100.0 * (_at(samples, t1, 3) - _at(samples, t0, 3)) / (t1 - t0), 1)
     return result
 
 
