@@ -212,3 +212,27 @@ def test_a_fleets_shape_carries_the_common_prefix_it_estimates():
     assert recording("fleet").shape().common_prefix_tokens == 1400 - PRIMING_OWN_TOKENS
     assert recording("fleet", common_prefix_tokens=500).shape().common_prefix_tokens == 500
     assert recording("chat-client").shape().common_prefix_tokens == 0
+
+
+async def test_the_newest_shape_is_the_one_saved_last_for_the_docks_jobs_and_the_verbs(tmp_path):
+    """Whatever the names: a shape captured by the verb (``fleet-…``) after one the dock
+    captured (``live-…``) is the one the dock's bench replays and the verbs' ``latest``."""
+    import os
+
+    from workstation.commands.tuning_cmd import _shape_name
+    from workstation.core.endpoints import Endpoint
+    from workstation.tuning.live_jobs import LiveJobs
+
+    store = TuningStore(tmp_path)
+    older = store.save_shape(shape_from_records("live-4-20261202-040000", [rec("a", 0, 100, 10)]))
+    os.utime(older, (1_000_000_000, 1_000_000_000))
+    store.save_shape(shape_from_records("fleet-8-20261202-050000", [rec("a", 0, 100, 10)]))
+    assert _shape_name(store, "latest") == _shape_name(store, None) == "fleet-8-20261202-050000"
+    vllm = FakeVllm()
+    engine = vllm.add(token_delay_s=0.001)
+    said: list[str] = []
+    async with vllm.client() as http:
+        jobs = LiveJobs(http, endpoint=lambda: Endpoint(engine.base_url, "k", "m"), store=store,
+                        fleets=None, bench_s=1.0, bench_concurrency=1)  # type: ignore[arg-type]
+        await jobs.bench(said.append)
+    assert "(shape fleet-8-20261202-050000)" in said[0], said[0]

@@ -265,11 +265,10 @@ def _shape_json(shape) -> str:  # type: ignore[no-untyped-def]
 
 def _shape_name(store, name: str | None) -> str:  # type: ignore[no-untyped-def]
     if name in (None, "latest"):
-        names = store.shapes()
-        if not names:
+        latest = store.latest_shape()
+        if latest is None:
             raise UserError("no captured traffic shape yet", hint="run `workstation shape capture` first")
-        paths = sorted((store.shapes_dir / f"{n}.json" for n in names), key=lambda p: p.stat().st_mtime)
-        return paths[-1].stem
+        return latest
     return name
 
 

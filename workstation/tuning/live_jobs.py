@@ -64,8 +64,8 @@ class LiveJobs:
         return f"{shape.summary_line()} — saved as {path.stem}"
 
     def _newest_shape(self) -> TrafficShape | None:
-        names = self.store.shapes()
-        return self.store.load_shape(names[-1]) if names else None
+        name = self.store.latest_shape()
+        return self.store.load_shape(name) if name is not None else None
 
     async def _workload(self, shape: TrafficShape | None, served_name: str | None, *, duration_s: float,
                         warmup_s: float, concurrency: int | None = None) -> Workload:

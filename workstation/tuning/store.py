@@ -148,6 +148,13 @@ class TuningStore:
             return []
         return sorted(p.stem for p in self.shapes_dir.glob("*.json"))
 
+    def latest_shape(self) -> str | None:
+        """The name of the shape saved last (by its file's time, whatever the names: the dock's
+        ``live-…`` and the verb's ``fleet-…`` captures alike; of two saved at once, the later
+        name); None when there is none."""
+        paths = [self.shapes_dir / f"{name}.json" for name in self.shapes()]
+        return max(paths, key=lambda p: (p.stat().st_mtime, p.stem)).stem if paths else None
+
     def load_shape(self, name: str) -> TrafficShape:
         path = Path(name) if name.endswith(".json") else self.shapes_dir / f"{safe_name(name)}.json"
         try:
