@@ -119,7 +119,7 @@ async def _bench(port: int, steps: int, agents: int) -> dict:
     async with make_http_client() as http:
         client = ChatClient(http, endpoint)
         warm = Agent("warmup", repo, "warm up", client, config, on_event=lambda e: None)
-        warm_cfg_steps = await warm.run()  # noqa: F841 - first connection, imports, caches
+        await warm.run()  # first connection, imports, caches
         done_steps = 0
         tool_s.clear(), turn_s.clear(), ckpt_s.clear()
         children0 = resource.getrusage(resource.RUSAGE_CHILDREN)

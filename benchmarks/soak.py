@@ -69,7 +69,7 @@ def serve() -> None:
             call("execute_command", command=f"ls notes | wc -l; echo run {n}"),
             call("search_files", path=".", regex="note"),
             call("replace_in_file", path="README.md",
-                 diff=f"------- SEARCH\n# soak\n=======\n# soak\n+++++++ REPLACE"),
+                 diff="------- SEARCH\n# soak\n=======\n# soak\n+++++++ REPLACE"),
         ]
         if step < len(cycle):
             return cycle[step]
@@ -124,7 +124,8 @@ def per_hour(samples: list[dict[str, float]], key: str, warmup_s: float) -> floa
 
 
 async def soak(args: argparse.Namespace) -> dict[str, Any]:
-    from workstation.agent.sandbox import SandboxPolicy, describe
+    from workstation.agent.sandbox import SandboxPolicy
+    from workstation.agent.sandbox_status import sandbox_status
     from workstation.config import load_settings
     from workstation.engine.http import make_http_client
     from workstation.fleet import SessionSpec
@@ -146,7 +147,7 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                             model=info["model"], name="soak", native_tools=True)
         repo = make_repo(root)
         policy = SandboxPolicy(app_data_dirs=(str(data),))
-        sandbox_line = await describe(policy)
+        sandbox_line = (await sandbox_status(policy)).summary()
         factory = services.agent_factory(context_window_tokens=8192, overrides={
             "sandbox": policy, "retry_backoff_s": 0.1, "max_turns": 1000})
         fleet = services.fleet(endpoints=[endpoint], data_dir=data, agent_factory=factory,
