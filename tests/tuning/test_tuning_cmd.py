@@ -82,3 +82,12 @@ def test_no_constraints_turns_off_the_replays_structured_outputs(tmp_path):
     on, _, _ = _workload(parser.parse_args(["bench", "--shape", "guided"]), store)
     off, _, _ = _workload(parser.parse_args(["bench", "--shape", "guided", "--no-constraints"]), store)
     assert on.constrained and not off.constrained and "no constraints" in off.describe()
+
+
+def test_bench_against_an_endpoint_that_refuses_says_so_in_one_line(tmp_path, capsys, monkeypatch):
+    """The load generator's plain error (the endpoint refused every request: wrong URL, key or
+    model) ends the verb like any other mistake the user can fix, not with a traceback."""
+    monkeypatch.setenv("WORKSTATION_DATA_DIR", str(tmp_path))
+    assert main(["bench", "--endpoint", "http://127.0.0.1:9", "--model", "m", "--duration-s", "0.5",
+                 "--warmup-s", "0"]) == 2
+    assert "the endpoint refused the benchmark's requests" in capsys.readouterr().err

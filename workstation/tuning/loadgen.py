@@ -93,8 +93,9 @@ class RequestTiming:
     error: str | None = None
 
 
-class LoadError(Exception):
-    """The endpoint refused the benchmark's requests (wrong key, model, or lengths)."""
+class LoadError(UserError):
+    """The endpoint refused the benchmark's requests (wrong key, model, or lengths): the
+    user's to fix, so a verb ends with the message, not a traceback."""
 
 
 async def token_pool(http: httpx.AsyncClient, endpoint: Endpoint) -> list[int]:
