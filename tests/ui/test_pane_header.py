@@ -173,3 +173,22 @@ def test_with_the_meters_dock_open_the_repository_outlasts_mode_and_protocol(qtb
     line = pane.header.second_line()
     assert line.state == "slow first token"
     assert line.where.startswith("inilite")  # it read "Act · guided", the repository dropped
+
+
+def test_the_token_figure_is_the_fleets_count_not_the_text_shown(qtbot):
+    """The header's figures come from the fleet's counters alone (``SessionStatsChanged``):
+    before a turn's usage arrived the token figure fell back to the pieces the transcript
+    showed ("3 tok" for a guided turn's note and a draft while the engine generated hundreds),
+    then jumped to usage's prompt + completion."""
+    _grid, panes = _grid_of_32(qtbot)
+    pane = panes[0]
+    pane.doc.stream("[7 drafts, 2 usable]", 1)
+    pane.doc.stream(" def add(a, b):", 2)
+    pane.doc.flush()
+    assert pane.doc.tokens_flushed == 3
+    assert pane.header.figures() == ["", "", ""]  # nothing counted yet: nothing shown
+    pane.set_stats(0, 41.0)  # streaming, no usage yet: the live rate alone
+    assert pane.header.first_line().figures == "41 t/s"
+    assert "tok" not in pane.header.tip().replace("t/s", "")
+    pane.set_stats(2_345, 0.0)  # the turn's usage
+    assert pane.header.first_line().figures == "2.3k tok"

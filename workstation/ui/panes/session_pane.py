@@ -49,6 +49,8 @@ class PaneInfo:
     """``guided`` (a small model, held to narrowed calls) or ``full``; empty until chosen."""
     state: SessionState = SessionState.READY
     tokens: int = 0
+    """Prompt + completion tokens of its finished requests, as their ``usage`` counted them
+    (what ``cost_usd`` prices); 0 until its first turn's usage arrives."""
     tokens_per_s: float = 0.0
     """From the fleet's one token rate (``SessionStatsChanged``)."""
     detail: str = ""
@@ -204,11 +206,12 @@ class PaneHeader(QWidget):
 
     def figures(self) -> list[str]:
         """Row 1's figures, most telling first: live tok/s, tokens, what they would have cost
-        at the chosen paid API (``header_line.fit_first_line`` drops from the end)."""
+        at the chosen paid API (``header_line.fit_first_line`` drops from the end). All three
+        are the fleet's (``SessionStatsChanged``), never the transcript's pieces, which count
+        no generation (``fleet/stats.py``): before the first turn's usage the rate stands alone."""
         info = self._pane.info
         rate = self._pane.display_rate()
-        tokens = info.tokens or self._pane.doc.tokens_flushed
-        return [f"{rate:.0f} t/s" if rate >= 0.5 else "", f"{compact_count(tokens)} tok" if tokens else "",
+        return [f"{rate:.0f} t/s" if rate >= 0.5 else "", f"{compact_count(info.tokens)} tok" if info.tokens else "",
                 money(info.cost_usd) if info.cost_usd else ""]
 
     def tip(self) -> str:
