@@ -99,6 +99,42 @@ def test_dialog_adapter_images_mcp_and_rules_in_the_pane(qtbot, fleet_ui: FleetU
     ui.play(body)
 
 
+def test_a_refused_follow_up_keeps_its_text_and_its_images(qtbot, fleet_ui: FleetUI, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A follow-up the fleet refuses (here: over its budget) goes back into the focus view
+    whole: the text into the input, the attached images into the tray (they were dropped, and
+    the user had to find and attach them again); images sent alone come back without the
+    words the view gave them."""
+    ui = fleet_ui
+    vision = tmp_path / "vision-model"
+    vision.mkdir()
+    (vision / "config.json").write_text(json.dumps({"model_type": "llava", "vision_config": {}}))
+    ui.server.model_root = str(vision)
+    ui.commands.takes_images, ui.commands.model = True, ui.server.model
+    shot = png(tmp_path / "mock.png", rgb=(9, 9, 200))
+
+    async def body() -> None:
+        (sid,) = await ui.create(1, auto_approve="all")
+        await ui.wait(lambda: ui.state(sid) is S.DONE, 60)
+        await ui.commands.set_budget(sid, 1, None)
+        sent = len(ui.server.requests)
+        focus = ui.window.focus
+        ui.window.show_focus(ui.window.panes[sid])
+        assert focus.images.add_path(shot)
+        qtbot.keyClicks(focus.input, "Please follow up like this")
+        qtbot.keyClick(focus.input, Qt.Key.Key_Return)
+        await ui.wait(lambda: "budget reached" in ui.window.notice_label.text())
+        assert focus.input.text() == "Please follow up like this"
+        assert [Path(p) for p in focus.images.paths()] == [shot.resolve()]
+        focus.input.clear()
+        qtbot.mouseClick(focus.send_button, Qt.MouseButton.LeftButton)  # the image alone
+        assert focus.images.paths() == ()
+        await ui.wait(lambda: len(focus.images.paths()) == 1)
+        assert focus.input.text() == ""
+        assert len(ui.server.requests) == sent  # neither reached the model
+
+    ui.play(body)
+
+
 def test_dialog_turns_images_off_for_a_model_without_them(qtbot, fleet_ui: FleetUI) -> None:  # type: ignore[no-untyped-def]
     ui = fleet_ui
     ui.commands.takes_images, ui.commands.model = False, "smollm2"

@@ -505,13 +505,14 @@ class MainWindow(QMainWindow):
         self._follow_up(session_id, text, ())
 
     def _follow_up(self, session_id: str, text: str, images: tuple[str, ...]) -> None:
-        """Send a follow-up; a refused one (the session is working) goes back into the input."""
+        """Send a follow-up; a refused one (the session is winding down, over its budget…)
+        goes back into the input, its images with it."""
 
         async def send(commands: SessionCommands) -> None:
             try:
                 await commands.follow_up(session_id, text, images)
             except UserError:
-                self.focus.keep_unsent(session_id, text)
+                self.focus.keep_unsent(session_id, text, images)
                 raise
 
         self._command("follow-up", send)

@@ -29,6 +29,8 @@ from workstation.ui.panes.transcript_mirror import TranscriptMirror
 
 OUTPUT_MAX_BLOCKS = 5000
 FOCUS_PREVIEW_LINES = 24
+IMAGES_ONLY_TEXT = "See the attached images."
+"""What a follow-up of images alone says (the model needs some text)."""
 
 
 class FocusView(QWidget):
@@ -138,7 +140,7 @@ class FocusView(QWidget):
         text = self.input.text().strip()
         images = self.images.paths()
         if images and not text:
-            text = "See the attached images."
+            text = IMAGES_ONLY_TEXT
         if text and self.pane is not None:
             self.input.clear()
             if images:
@@ -147,11 +149,15 @@ class FocusView(QWidget):
             else:
                 self.follow_up.emit(self.pane.info.session_id, text)
 
-    def keep_unsent(self, session_id: str, text: str) -> None:
-        """A follow-up that was not sent goes back into the input (if it still shows that
-        session and the user has not typed anew)."""
-        if self.pane is not None and self.pane.info.session_id == session_id and not self.input.text():
-            self.input.setText(text)
+    def keep_unsent(self, session_id: str, text: str, images: tuple[str, ...] = ()) -> None:
+        """A follow-up that was not sent goes back: its text into the input, its images into
+        the tray (if it still shows that session and the user has not begun another message:
+        typed or attached anew). Images alone go back without the words ``_send`` gave them."""
+        if self.pane is None or self.pane.info.session_id != session_id or self.input.text() or self.images.paths():
+            return
+        self.input.setText("" if images and text == IMAGES_ONLY_TEXT else text)
+        for path in images:
+            self.images.add_path(path)
 
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802
         if event.key() == Qt.Key.Key_Escape:
