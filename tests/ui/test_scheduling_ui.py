@@ -33,6 +33,8 @@ def test_state_words_and_money() -> None:
     assert state_text(PaneInfo("s", "n", state=S.BUDGET_REACHED, detail="budget reached: 10 of 5 tokens")) \
         == "budget reached"
     assert [money(v) for v in (0.0312, 1.244, 12_345.6)] == ["$0.031", "$1.24", "$12,346"]
+    # a first turn's few hundred tokens at a cheap API's prices: not "$0.000", which reads as free
+    assert [money(v) for v in (0.0003, 0.00049, 0.0005, 0.0)] == ["<$0.001", "<$0.001", "$0.001", "$0.000"]
 
 
 def test_cost_budget_focus_and_background_in_the_window(qtbot, fleet_ui: FleetUI) -> None:  # type: ignore[no-untyped-def]

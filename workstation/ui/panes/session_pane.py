@@ -119,7 +119,10 @@ def state_pixmap(name: str, colour: QColor, size_px: int) -> QPixmap:
 
 
 def money(value: float) -> str:
-    """``$0.031``, ``$1.24``, ``$1,204``: a cost a header can hold."""
+    """``$0.031``, ``$1.24``, ``$1,204``: a cost a header can hold; ``<$0.001`` for a cost
+    that rounds to nothing (a first turn's few hundred tokens read "$0.000", as if free)."""
+    if 0 < value < 0.0005:
+        return "<$0.001"
     if value >= 1000:
         return f"${value:,.0f}"
     return f"${value:.2f}" if value >= 1 else f"${value:.3f}"
