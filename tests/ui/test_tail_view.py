@@ -74,3 +74,53 @@ def test_a_new_font_size_is_measured_again(qtbot):
     row_h, cell_w = view._metrics()
     view.set_point_size(view.font().pointSizeF() * 2)
     assert view._metrics()[0] > row_h and view._metrics()[1] > cell_w
+
+
+def test_a_line_cut_at_the_top_shows_its_start_unless_it_is_prose(qtbot):
+    """A waiting tile's approval bar leaves its transcript a row or two: the tool line above
+    it showed its last row alone ("+4 −5", "−5"); now its start, ending in "…". The task
+    (and any line read from its start) cut at the top of a full tile likewise; streamed prose
+    keeps its newest words in view."""
+    doc = TranscriptDoc()
+    view = TailView(doc)
+    qtbot.addWidget(view)
+    row_h, cell_w = view._metrics()
+    cols = 30
+    view.resize(2 * 4 + cols * cell_w, 2 * 4 + row_h)  # one row of 30 columns
+    tool = "✎ replace_in_file textkit/core.py  +4 −5"
+    doc.add_line(tool, LineStyle.TOOL, detail="--- a/textkit/core.py")
+    rows = [r[0] for r in view._layout()]
+    assert rows == [tool[:cols - 1] + "…"] == ["✎ replace_in_file textkit/cor…"]  # it read "textkit/core.py  +4 −5"
+    view.resize(view.width(), 2 * 4 + 2 * row_h)
+    assert [r[0] for r in view._layout()] == ["✎ replace_in_file", "textkit/core.py  +4 −5"]  # whole: as before
+    # a task cut at the top of a full view: its first rows, then what followed it whole
+    doc.add_block("slugify in textkit/core.py makes one dash per separator. Use the pattern "
+                  "[^a-z0-9]+ so that a run of separators becomes one dash.", LineStyle.USER)
+    doc.add_line("▸ read_file textkit/core.py", LineStyle.TOOL)
+    view.resize(view.width(), 2 * 4 + 3 * row_h)
+    rows = [r[0] for r in view._layout()]
+    assert rows[0].startswith("slugify in") and rows[-2].endswith("…")
+    assert rows[-1] == "▸ read_file textkit/core.py"
+    # prose follows its end
+    doc.stream("The race is on the temp dir; a per-test directory ends it for good, and the test passes.")
+    doc.flush()
+    rows = [r[0] for r in view._layout()]
+    assert rows[-1].endswith("passes.") and not any(r.endswith("…") for r in rows)
+
+
+def test_scrolled_up_a_cut_line_read_from_its_start_shows_every_row_in_turn(qtbot):
+    doc = TranscriptDoc()
+    doc.add_block(" ".join(f"word{i}" for i in range(120)), LineStyle.USER)
+    doc.add_line("▸ read_file a.py", LineStyle.TOOL)
+    view = TailView(doc)
+    qtbot.addWidget(view)
+    row_h, cell_w = view._metrics()
+    view.resize(2 * 4 + 30 * cell_w, 2 * 4 + 3 * row_h)
+    assert [r[0] for r in view._layout()][0].startswith("word0 ")  # following the bottom: its start
+    seen = []
+    for scrolled in (1, 2, 3):
+        view.scroll_rows = scrolled
+        rows = [r[0] for r in view._layout()]
+        assert len(rows) == 3 and not any(r.endswith("…") for r in rows)
+        seen.append(rows[0])
+    assert len(set(seen)) == 3  # the wheel moves through the line's rows

@@ -34,7 +34,14 @@ MARGIN_PX = 4
 COLLAPSED = "▸"
 EXPANDED = "▾"
 MAX_DETAIL_LINES = 200
+ELLIPSIS = "…"
 _NO_ROWS: list[str] = []
+HEAD_FIRST = frozenset({LineStyle.TOOL, LineStyle.USER, LineStyle.NOTICE, LineStyle.ERROR, LineStyle.IMAGE})
+"""Lines read from their start (icon, tool and target; what the person asked; what
+happened): one cut at the top of the view shows its first rows, the last ending in "…",
+not its last ones. Prose and code keep their end in view, as they are written: a tool
+line's last row alone read "+4 −5" (or just "−5") above each waiting tile's approval bar.
+Only while the view follows the bottom: scrolled up, every row shows in turn."""
 
 Row = tuple[str, LineStyle, Line, int]
 """One visual row: its text, style, the line it belongs to and which wrapped row of that
@@ -50,6 +57,16 @@ def _static_text(text: str) -> QStaticText:
     static = QStaticText(text)
     static.setTextFormat(Qt.TextFormat.PlainText)
     return static
+
+
+def _text_from_row(text: str, rows: tuple[str, ...], index: int) -> str:
+    """``text`` from where its wrapped row ``index`` starts (``wrap_line`` keeps each row's
+    characters in order, dropping only the space it breaks at)."""
+    at = start = 0
+    for row in rows[:index + 1]:
+        start = text.find(row, at)
+        at = start + len(row)
+    return text[start:]
 
 
 class TailView(QWidget):
@@ -160,16 +177,21 @@ class TailView(QWidget):
         placed: list[tuple[int, int, Line]] = []
         for line, segs, detail in reversed(picked):
             top = len(rows)
-            for i in range(len(segs)):
-                if drop_top:
-                    drop_top -= 1
-                elif len(rows) < capacity:
-                    rows.append((segs[i], line.style, line, i))
-            for seg in detail:
-                if drop_top:
-                    drop_top -= 1
-                elif len(rows) < capacity:
-                    rows.append((seg, LineStyle.OUTPUT, line, -1))
+            size = len(segs) + len(detail)
+            if drop_top and line.style in HEAD_FIRST and drop_top < size and not self.scroll_rows:
+                rows.extend(self._head_rows(line, segs, detail, min(size - drop_top, capacity - top), cols))
+                drop_top = 0
+            else:
+                for i in range(len(segs)):
+                    if drop_top:
+                        drop_top -= 1
+                    elif len(rows) < capacity:
+                        rows.append((segs[i], line.style, line, i))
+                for seg in detail:
+                    if drop_top:
+                        drop_top -= 1
+                    elif len(rows) < capacity:
+                        rows.append((seg, LineStyle.OUTPUT, line, -1))
             if len(rows) > top:
                 placed.append((MARGIN_PX + top * row_h, MARGIN_PX + len(rows) * row_h, line))
             if len(rows) >= capacity:
@@ -178,6 +200,17 @@ class TailView(QWidget):
         self._layout_key, self._layout_rows = key, rows
         self._layout_shown = [(r[0], r[1]) for r in rows]
         return rows
+
+    def _head_rows(self, line: Line, segs: tuple[str, ...], detail: list[str], keep: int, cols: int) -> list[Row]:
+        """The first ``keep`` rows of a ``HEAD_FIRST`` line cut at the top, the last of them
+        filled with what follows and ending in "…"."""
+        own: list[Row] = [(seg, line.style, line, i) for i, seg in enumerate(segs)]
+        own.extend((seg, LineStyle.OUTPUT, line, -1) for seg in detail)
+        own = own[:keep]
+        text, style, _line, seg = own[-1]
+        rest = _text_from_row(self._wrap_source(line), segs, seg) if seg >= 0 else text
+        own[-1] = (rest[:cols - 1].rstrip() + ELLIPSIS, style, line, seg)
+        return own
 
     def _plan(self) -> bool:
         """Repaint only what changed: when the new rows are the shown ones moved up (new text
@@ -277,13 +310,15 @@ class TailView(QWidget):
             rows.extend("  " + seg for seg in wrap_line(part, cols - 2))
         return rows
 
+    @staticmethod
+    def _wrap_source(line: Line) -> str:
+        """The text a line's rows are wrapped from."""
+        return expanded_text(line.text) if line.detail and line.expanded else line.text
+
     def _wrapped(self, line: Line, cols: int) -> tuple[str, ...]:
         key = (cols, len(line.text), line.expanded)
         if line.wrap_key != key:
-            text = line.text
-            if line.detail and line.expanded:
-                text = expanded_text(text)
-            line.wrapped = tuple(wrap_line(text, cols))
+            line.wrapped = tuple(wrap_line(self._wrap_source(line), cols))
             line.wrap_key = key
         return line.wrapped
 
