@@ -192,3 +192,40 @@ def test_the_token_figure_is_the_fleets_count_not_the_text_shown(qtbot):
     assert "tok" not in pane.header.tip().replace("t/s", "")
     pane.set_stats(2_345, 0.0)  # the turn's usage
     assert pane.header.first_line().figures == "2.3k tok"
+
+
+def test_the_focused_tile_shows_its_focus_when_its_state_owns_the_border(qtbot):
+    """With every tile amber (32 approvals waiting) the focused one looked like the rest: the
+    waiting colour owns the border, so Ctrl+Enter approved a request the user could not see.
+    The focused tile's header is tinted with the accent, whatever its state; the focus view's
+    header (the one pane shown) is not."""
+    from PySide6.QtGui import QImage
+
+    from workstation.ui.panes.focus_view import FocusView
+
+    grid, panes = _grid_of_32(qtbot)
+    waiting = panes[1:3]  # the grid focused the first
+    for pane in waiting:
+        pane.set_info(PaneInfo(pane.info.session_id, "fix", repo="inventory", state=S.AWAITING_APPROVAL,
+                               waiting_for="approval"))
+
+    def header_pixels(pane: SessionPane) -> QImage:
+        QApplication.processEvents()
+        return pane.header.grab().toImage().convertToFormat(QImage.Format.Format_RGB32)
+
+    assert header_pixels(waiting[0]) == header_pixels(waiting[1])
+    grid.set_focus(1)
+    assert waiting[0].focused
+    focused, other = header_pixels(waiting[0]), header_pixels(waiting[1])
+    assert focused != other  # before: the same pixels
+    corner = (focused.width() // 2, focused.height() - 1)  # blank background
+    assert focused.pixelColor(*corner) != other.pixelColor(*corner)
+    view = FocusView()
+    qtbot.addWidget(view)
+    view.show_pane(waiting[0])
+    view.resize(1200, 600)
+    view.show()
+    QApplication.processEvents()
+    shown = view._header.grab().toImage()
+    assert shown.pixelColor(shown.width() // 2, shown.height() - 1) == other.pixelColor(*corner)
+    view.leave()

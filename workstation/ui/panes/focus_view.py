@@ -90,7 +90,7 @@ class FocusView(QWidget):
     def show_pane(self, pane: SessionPane) -> None:
         self.leave()
         self.pane = pane
-        self._header = PaneHeader(pane)
+        self._header = PaneHeader(pane, marks_focus=False)
         self._header.setParent(self)
         self.header_host.addWidget(self._header)
         self.transcript.attach(pane.doc)

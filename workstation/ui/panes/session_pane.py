@@ -135,12 +135,23 @@ def state_text(info: PaneInfo) -> str:
     return info.look().word
 
 
-class PaneHeader(QWidget):
-    """Painted, not built from labels: 32 headers repaint at a few Hz for almost nothing."""
+FOCUS_TINT = 0.22
+"""How far a focused tile's header moves toward the accent colour."""
 
-    def __init__(self, pane: SessionPane) -> None:
+
+class PaneHeader(QWidget):
+    """Painted, not built from labels: 32 headers repaint at a few Hz for almost nothing.
+
+    In the grid the focused tile's header is tinted with the accent: its border cannot say so
+    where its state owns the border (waiting for a person, failed), and with every tile amber
+    the user could not tell which request Ctrl+Enter approves, nor where the arrows stood."""
+
+    def __init__(self, pane: SessionPane, *, marks_focus: bool = True) -> None:
+        """``marks_focus``: tint while the pane has the grid's focus (not in the focus view,
+        where the one pane shown is the focus)."""
         super().__init__(pane)
         self._pane = pane
+        self._marks_focus = marks_focus
         self.setFont(theme.ui_font(8.5))
         fm = QFontMetrics(self.font())
         self._row_h = fm.height()
@@ -153,14 +164,17 @@ class PaneHeader(QWidget):
         info = pane.info
         pal = self.palette()
         p = QPainter(self)
-        p.fillRect(self.rect(), pal.color(QPalette.ColorRole.Window))
+        window = pal.color(QPalette.ColorRole.Window)
+        if self._marks_focus and pane.focused:
+            window = theme.mix(window, theme.accent(pal), FOCUS_TINT)
+        p.fillRect(self.rect(), window)
         p.setRenderHint(QPainter.RenderHint.Antialiasing, True)
         w = self.width()
         row = self._row_h
         look = info.look(pal)
         colour = look.colour
         if look.tint:  # a failure: the whole header says so
-            p.fillRect(self.rect(), theme.mix(pal.color(QPalette.ColorRole.Window), colour, 0.16))
+            p.fillRect(self.rect(), theme.mix(window, colour, 0.16))
         # Row 1: state icon (a dot while it works), name, tok/s on the right.
         dot = max(6, row // 2)
         if look.icon:
@@ -314,6 +328,7 @@ class SessionPane(QFrame):
         if focused != self.focused:
             self.focused = focused
             self.update()
+            self.header.update()
 
     def display_rate(self) -> float:
         """The session's tok/s as the fleet counts it (the status bar sums these)."""
