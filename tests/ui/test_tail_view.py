@@ -93,6 +93,9 @@ def test_a_line_cut_at_the_top_shows_its_start_unless_it_is_prose(qtbot):
     assert rows == [tool[:cols - 1] + "…"] == ["✎ replace_in_file textkit/cor…"]  # it read "textkit/core.py  +4 −5"
     view.resize(view.width(), 2 * 4 + 2 * row_h)
     assert [r[0] for r in view._layout()] == ["✎ replace_in_file", "textkit/core.py  +4 −5"]  # whole: as before
+    view.resize(2 * 4 + 37 * cell_w, 2 * 4 + row_h)
+    assert [r[0] for r in view._layout()] == ["✎ replace_in_file textkit/core.py…"]  # not "core.py  +…"
+    view.resize(2 * 4 + cols * cell_w, 2 * 4 + 2 * row_h)
     # a task cut at the top of a full view: its first rows, then what followed it whole
     doc.add_block("slugify in textkit/core.py makes one dash per separator. Use the pattern "
                   "[^a-z0-9]+ so that a run of separators becomes one dash.", LineStyle.USER)

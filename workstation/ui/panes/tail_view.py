@@ -69,6 +69,17 @@ def _text_from_row(text: str, rows: tuple[str, ...], index: int) -> str:
     return text[start:]
 
 
+def _cut(text: str, cols: int) -> str:
+    """``text`` to at most ``cols`` characters, without a word's first one or two letters
+    left dangling at the end ("core.py  +" of "core.py  +4 −5")."""
+    head = text[:cols]
+    if len(text) > cols and text[cols] != " ":
+        space = head.rfind(" ")
+        if space >= 0 and len(head) - space <= 3:
+            head = head[:space]
+    return head.rstrip()
+
+
 class TailView(QWidget):
     """Read-only, bottom-anchored view of a transcript document."""
 
@@ -209,7 +220,7 @@ class TailView(QWidget):
         own = own[:keep]
         text, style, _line, seg = own[-1]
         rest = _text_from_row(self._wrap_source(line), segs, seg) if seg >= 0 else text
-        own[-1] = (rest[:cols - 1].rstrip() + ELLIPSIS, style, line, seg)
+        own[-1] = (_cut(rest, cols - 1) + ELLIPSIS, style, line, seg)
         return own
 
     def _plan(self) -> bool:
