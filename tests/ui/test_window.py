@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
 
 from tests.ui.conftest import run, wait_until
 from workstation.core.session_state import SessionState as S
@@ -248,3 +248,20 @@ def test_a_follow_up_not_sent_goes_back_into_the_focus_input(window) -> None:  #
     window.focus.input.setText("typed anew")
     window.focus.keep_unsent(sid, "also rename it")  # what the user typed since wins
     assert window.focus.input.text() == "typed anew"
+
+
+def test_a_click_on_a_tiles_tool_line_expands_it_and_focuses_the_tile(qtbot, window) -> None:  # type: ignore[no-untyped-def]
+    """The click toggled the line and stopped there: the focus stayed on another tile, so
+    Ctrl+Enter or Enter then acted on a tile the user had not clicked."""
+    from workstation.ui.panes.transcript_doc import LineStyle
+
+    first, second = add_panes(window, 2)
+    pane = window.panes[second]
+    tool = pane.doc.add_line("▸ read_file calc.py", LineStyle.TOOL, detail="def add(a, b): ...")
+    window.grid.set_focus(0)
+    window.flush()
+    pane.view.repaint()
+    top = next(y for y, _end, line in pane.view._rows if line is tool)
+    qtbot.mouseClick(pane.view, Qt.MouseButton.LeftButton, pos=pane.view.rect().topLeft() + QPoint(10, top + 2))
+    assert tool.expanded
+    assert window.grid.focused_pane() is pane

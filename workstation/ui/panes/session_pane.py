@@ -292,6 +292,7 @@ class SessionPane(QFrame):
         layout.addWidget(self.view, 1)
         layout.addWidget(self.approval)
         self.view.activated.connect(self.activated)
+        self.view.line_toggled.connect(self.focus_requested)  # the tile clicked is the one focused
         self.approval.approved.connect(self.approve)
         self.approval.denied.connect(self.deny)
         self.approval.edited.connect(self.edit)

@@ -85,6 +85,8 @@ class TailView(QWidget):
 
     activated = Signal()
     """Double-click: the pane asks to be zoomed."""
+    line_toggled = Signal()
+    """A click expanded or collapsed a tool line (the click goes no further)."""
 
     def __init__(self, doc: TranscriptDoc, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -346,6 +348,7 @@ class TailView(QWidget):
             self.doc.toggle(line)
             self.update()
             event.accept()
+            self.line_toggled.emit()
             return
         super().mousePressEvent(event)
 
