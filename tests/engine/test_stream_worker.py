@@ -293,3 +293,51 @@ def test_the_agent_factorys_clients_share_its_token_observers():
     a, b = factory._client(ep, None, "s1"), factory._client(ep, None, "s2")
     assert a.token_observers is b.token_observers is factory.token_observers
     assert a.open_requests is b.open_requests is factory.open_requests
+
+
+async def test_a_cancelled_request_is_closed_and_recorded_on_both_paths(client_for):
+    """A turn cancelled mid-stream (a stopped session, a timeout) leaves nothing open for a
+    safe switch to wait on, and its record says it did not finish."""
+    records = []
+    async with client_for() as make, ScriptedServer([Reply(text="slow " * 200, chunk_chars=5,
+                                                           delay_s=0.005)]) as server:
+        client = make(server.endpoint, observers=[records.append])
+        streamed = asyncio.Event()
+
+        async def consume():
+            async for delta in client.stream_chat(MESSAGES):
+                if delta.content:
+                    streamed.set()
+
+        task = asyncio.create_task(consume())
+        await asyncio.wait_for(streamed.wait(), 5)
+        assert client.open_requests.on(server.endpoint.base_url) == 1
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert client.open_requests.on(server.endpoint.base_url) == 0
+    assert [(r.ok, r.error) for r in records] == [(False, "CancelledError")]
+
+
+async def test_closing_the_stream_early_ends_the_request_at_once_on_both_paths(client_for):
+    """``aclose()`` on the deltas (what ``contextlib.aclosing`` does for a consumer that stops
+    early) ends the request there and then: not open any more, its record out, the worker's
+    stream dropped. The worker path had left its record and its abort to the inner generators'
+    collection, a loop pass or more later."""
+    records = []
+    async with client_for() as make, ScriptedServer([Reply(text="slow " * 200, chunk_chars=5,
+                                                           delay_s=0.005)]) as server:
+        client = make(server.endpoint, observers=[records.append])
+        stream = client.stream_chat(MESSAGES)
+        async for delta in stream:
+            if delta.content:
+                break
+        await stream.aclose()
+        assert client.open_requests.on(server.endpoint.base_url) == 0
+        assert [(r.ok, r.error) for r in records] == [(False, "GeneratorExit")]
+        if client.streams is not None:
+            for _ in range(100):  # the abort runs on the worker's thread
+                if client.streams.streams_open == 0:
+                    break
+                await asyncio.sleep(0.01)
+            assert client.streams.streams_open == 0

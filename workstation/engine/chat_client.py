@@ -10,7 +10,10 @@ the fields the app uses) from one of two byte sources:
   are read on the worker's thread and what arrived is handed over in coalesced batches, so
   the caller's loop wakes once per batch instead of once per token.
 
-Raw tool-call deltas go upward; the agent accumulates them.
+Either source hands :meth:`ChatClient.stream_chat` lists of deltas (one per ``httpx`` read, one
+per worker hand-off), and one loop there counts the request open, tells the token observers
+and reports the request, whichever the source: one step between generators per read, not
+per token. Raw tool-call deltas go upward; the agent accumulates them.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from workstation.engine.sse import (
     reduce_payload,
     status_error,
 )
-from workstation.engine.stream_worker import StreamWorker
+from workstation.engine.stream_worker import StreamHandle, StreamResult, StreamWorker
 
 __all__ = ["ChatClient", "ChatDelta", "EngineHTTPError", "EngineUnreachable", "Usage", "parse_chunk"]
 
@@ -131,7 +134,12 @@ class ChatClient:
         temperature: float | None = None,
         extra: dict[str, Any] | None = None,
     ) -> AsyncIterator[ChatDelta]:
-        """Yield deltas of one streamed completion; the last one carries ``usage``."""
+        """Yield deltas of one streamed completion; the last one carries ``usage``.
+
+        One path whichever source the bytes come from (the stream worker's hand-offs, or
+        each ``httpx`` read's events): the request counts in ``open_requests`` from its send
+        to its end however it ends, every delta's tokens go to ``token_observers``, and one
+        record to ``observers``."""
         endpoint = self.endpoint
         model = self.model or endpoint.model
         body: dict[str, Any] = {
@@ -155,25 +163,42 @@ class ChatClient:
         headers = {**self._headers(endpoint), "Content-Type": "application/json"}
         choices = max(1, int(body.get("n") or 1))
         shape = self._request_shape(body, choices) if self.observers else _RequestShape(choices)
+        content = orjson.dumps(body)
         open_requests = self.open_requests
-        open_requests.opened(endpoint.base_url)
-        if self.streams is not None:
-            try:
-                async for delta in self._via_worker(endpoint, model, url, orjson.dumps(body), headers, shape):
-                    if delta.events and self.token_observers:
-                        self._generated(delta.events)
-                    yield delta
-            finally:
-                open_requests.closed(endpoint.base_url)
-            return
         started = time.monotonic()
-        last = started
-        first: float | None = None
-        max_gap = 0.0
-        usage: Usage | None = None
+        result = StreamResult()
+        handle: StreamHandle | None = None
         error: str | None = None
+        open_requests.opened(endpoint.base_url)
         try:
-            async with self._http.stream("POST", url, content=orjson.dumps(body), headers=headers) as response:
+            if self.streams is not None:
+                handle = self.streams.open(url, content, headers)
+                batches = handle.batches()
+            else:
+                batches = self._http_batches(endpoint.base_url, url, content, headers, started, result)
+            # closed here, not when collected: a consumer that stops early ends the stream now
+            async with contextlib.aclosing(batches):
+                async for deltas in batches:
+                    for delta in deltas:
+                        if delta.events and self.token_observers:
+                            self._generated(delta.events)
+                        yield delta
+        except BaseException as exc:  # a typed error; or cancelled, or the consumer stopped early
+            error = str(exc) if isinstance(exc, (EngineHTTPError, EngineUnreachable)) else type(exc).__name__
+            raise
+        finally:
+            open_requests.closed(endpoint.base_url)
+            if self.observers:
+                if handle is not None and handle.result is not None:
+                    result = handle.result  # the worker's, timed on its thread
+                self._report(endpoint, model, started, result, error, shape)
+
+    async def _http_batches(self, base_url: str, url: str, content: bytes, headers: dict[str, str],
+                            started: float, result: StreamResult) -> AsyncIterator[list[ChatDelta]]:
+        """The deltas of each read through the shared ``httpx`` client (one per event), its
+        timings into ``result`` as the worker keeps them; ``httpx``'s errors as the typed ones."""
+        try:
+            async with self._http.stream("POST", url, content=content, headers=headers) as response:
                 if response.status_code != 200:
                     await response.aread()
                     raise _status_error(response)
@@ -181,17 +206,27 @@ class ChatClient:
                 if "text/event-stream" not in ctype:
                     raise not_streaming_error(response.status_code, ctype)
                 decoder = SseDecoder()
+                last = started
                 chunks = response.aiter_raw()
                 async for chunk in chunks:
                     payloads = decoder.feed(chunk)
                     if not payloads:
                         continue
                     now = time.monotonic()
-                    max_gap = max(max_gap, now - last)
+                    if now - last > result.max_gap_s:
+                        result.max_gap_s = now - last
                     last = now
+                    deltas: list[ChatDelta] = []
                     for payload in payloads:
-                        delta = reduce_payload(payload)
+                        try:
+                            delta = reduce_payload(payload)
+                        except EngineHTTPError:
+                            if deltas:
+                                yield deltas  # the events before the bad one arrive, as on the worker
+                            raise
                         if delta is DONE:
+                            if deltas:
+                                yield deltas
                             # Read the response to its end so the connection goes back to the
                             # pool; left unread, httpx closes it and the next turn connects anew.
                             with contextlib.suppress(TimeoutError, httpx.HTTPError):
@@ -200,32 +235,18 @@ class ChatClient:
                                         pass
                             return
                         assert isinstance(delta, ChatDelta)
-                        if first is None and (delta.content or delta.tool_calls or delta.reasoning):
-                            first = now - started
+                        if result.first_s is None and (delta.content or delta.tool_calls or delta.reasoning):
+                            result.first_s = now - started
                         if delta.usage is not None:
-                            usage = delta.usage
-                        if delta.events and self.token_observers:
-                            self._generated(delta.events)
-                        yield delta
+                            result.usage = delta.usage
+                        deltas.append(delta)
+                    yield deltas
         except httpx.ConnectError as exc:
-            error = f"cannot reach the engine at {endpoint.base_url}: {exc}"
-            raise EngineUnreachable(error) from exc
+            raise EngineUnreachable(f"cannot reach the engine at {base_url}: {exc}") from exc
         except httpx.ReadTimeout as exc:
-            error = f"the engine at {endpoint.base_url} stopped sending (read timeout)"
-            raise EngineUnreachable(error) from exc
+            raise EngineUnreachable(f"the engine at {base_url} stopped sending (read timeout)") from exc
         except httpx.RemoteProtocolError as exc:
-            error = f"the engine at {endpoint.base_url} closed the stream: {exc}"
-            raise EngineUnreachable(error) from exc
-        except EngineHTTPError as exc:
-            error = str(exc)
-            raise
-        except BaseException as exc:  # cancelled, or the consumer stopped early
-            error = type(exc).__name__
-            raise
-        finally:
-            open_requests.closed(endpoint.base_url)
-            if self.observers:
-                self._report(endpoint, model, started, first, max_gap, usage, error, shape)
+            raise EngineUnreachable(f"the engine at {base_url} closed the stream: {exc}") from exc
 
     def _generated(self, tokens: int) -> None:
         if self.session_id is not None:
@@ -247,37 +268,19 @@ class ChatClient:
         reused, owner = self.ledger.match_and_add(prompt, (self.session_id or "", index))
         return _RequestShape(choices, kind, chars, share, index, reused / size, owner)
 
-    async def _via_worker(self, endpoint: Endpoint, model: str, url: str, body: bytes,
-                          headers: dict[str, str], shape: _RequestShape) -> AsyncIterator[ChatDelta]:
-        assert self.streams is not None
-        started = time.monotonic()
-        handle = self.streams.open(url, body, headers)
-        error: str | None = None
-        try:
-            async for delta in handle.deltas():
-                yield delta
-        except BaseException as exc:
-            error = str(exc) if isinstance(exc, (EngineHTTPError, EngineUnreachable)) else type(exc).__name__
-            raise
-        finally:
-            if self.observers:
-                result = handle.result
-                self._report(endpoint, model, started, result.first_s if result else None,
-                             result.max_gap_s if result else 0.0, result.usage if result else None, error,
-                             shape)
-
     def _report(
-        self, endpoint: Endpoint, model: str, started: float, first: float | None, max_gap: float,
-        usage: Usage | None, error: str | None, shape: _RequestShape,
+        self, endpoint: Endpoint, model: str, started: float, result: StreamResult, error: str | None,
+        shape: _RequestShape,
     ) -> None:
+        usage = result.usage
         prompt_tokens = usage.prompt_tokens if usage else 0
         record = RequestRecord(
             endpoint=endpoint.base_url, model=model, session_id=self.session_id,
-            started_s=started, ttft_s=first, duration_s=time.monotonic() - started,
+            started_s=started, ttft_s=result.first_s, duration_s=time.monotonic() - started,
             prompt_tokens=prompt_tokens,
             completion_tokens=usage.completion_tokens if usage else 0,
             cached_tokens=usage.cached_tokens if usage else 0,
-            max_gap_s=max_gap, ok=error is None, error=error, choices=shape.choices,
+            max_gap_s=result.max_gap_s, ok=error is None, error=error, choices=shape.choices,
             constraint=shape.constraint, constraint_chars=shape.constraint_chars,
             shared_prefix_tokens=None if shape.shared_share is None else round(prompt_tokens * shape.shared_share),
             request_index=shape.index,

@@ -97,8 +97,9 @@ class StreamHandle:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    async def deltas(self) -> AsyncIterator[ChatDelta]:
-        """Every delta in order; raises the stream's error at the point it happened."""
+    async def batches(self) -> AsyncIterator[list[ChatDelta]]:
+        """Every hand-off's deltas, in order; raises the stream's error after the deltas that
+        came before it."""
         loop = asyncio.get_running_loop()
         try:
             while True:
@@ -110,8 +111,8 @@ class StreamHandle:
                 self._stream.taken += 1
                 if self._stream.paused and self._stream.delivered - self._stream.taken < MAX_PENDING_BATCHES // 2:
                     self._worker.call(self._stream.resume)
-                for delta in batch.deltas:
-                    yield delta
+                if batch.deltas:
+                    yield batch.deltas
                 if batch.done:
                     self.result = batch.result
                     if batch.result is not None and batch.result.error is not None:
