@@ -1,6 +1,8 @@
+import httpx
 import pytest
 
-from workstation.engine.chat_client import ChatClient, EngineHTTPError, parse_chunk
+from workstation.core.endpoints import Endpoint
+from workstation.engine.chat_client import ChatClient, EngineHTTPError, EngineUnreachable, parse_chunk
 from workstation.engine.http import make_http_client
 
 
@@ -19,6 +21,30 @@ def test_parse_chunk_reads_content_tool_calls_finish_and_usage():
 def test_parse_chunk_refuses_malformed_or_error_chunks(payload):
     with pytest.raises(EngineHTTPError):
         parse_chunk(payload)
+
+
+@pytest.mark.parametrize("exc, words", [
+    (httpx.ConnectTimeout("timed out"), "cannot reach"),
+    (httpx.ReadError("reset"), "closed the stream"),
+    (httpx.WriteError("broken pipe"), "closed the stream"),
+    (httpx.PoolTimeout("no connection came free"), "timed out"),
+])
+async def test_every_httpx_transport_error_is_a_typed_error_and_ends_the_request(exc, words):
+    """What the agent retries (``EngineUnreachable``), whatever ``httpx`` raised: a reset
+    connection is a ``ReadError`` there, a slow connect a ``ConnectTimeout`` — neither of them
+    the ``ConnectError``, ``ReadTimeout`` or ``RemoteProtocolError`` the client once caught alone."""
+    def fail(request: httpx.Request) -> httpx.Response:
+        raise exc
+
+    records = []
+    endpoint = Endpoint("http://127.0.0.1:9", "", "m")
+    async with httpx.AsyncClient(transport=httpx.MockTransport(fail)) as http:
+        client = ChatClient(http, endpoint, observers=[records.append])
+        with pytest.raises(EngineUnreachable, match=words):
+            async for _ in client.stream_chat([{"role": "user", "content": "go"}]):
+                pass
+    assert client.open_requests.on(endpoint.base_url) == 0
+    assert len(records) == 1 and not records[0].ok and words in (records[0].error or "")
 
 
 @pytest.mark.engine

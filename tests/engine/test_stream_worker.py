@@ -82,6 +82,7 @@ async def test_a_request_for_several_choices_is_recorded_with_its_n(client_for):
     (Fault.wrong_content_type(), EngineHTTPError, "did not stream"),
     (Fault.truncated_json(after_chunks=2), EngineHTTPError, "malformed stream chunk"),
     (Fault.disconnect(after_chunks=2), EngineUnreachable, "closed the stream"),
+    (Fault.reset(after_chunks=2), EngineUnreachable, "closed the stream"),
     (Fault.stall(seconds=5.0, after_chunks=2), EngineUnreachable, "read timeout"),
 ])
 async def test_faults_are_the_same_typed_errors_on_both_paths(client_for, fault, error, words):

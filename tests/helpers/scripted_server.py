@@ -5,7 +5,7 @@ chunk with ``role``, content pieces, tool-call deltas with ``id``/``type``/``nam
 and the ``arguments`` JSON in pieces after, a ``finish_reason`` chunk, a ``usage`` chunk
 when ``stream_options.include_usage`` is set, then ``[DONE]``), and can misbehave on
 purpose: HTTP errors (500, 429 …), a wrong content type, a truncated JSON chunk, a stall,
-a dropped connection.
+a dropped or a reset connection.
 
 Usage (async, on the test's event loop)::
 
@@ -40,6 +40,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import socket
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -121,6 +123,12 @@ class Fault:
     def disconnect(cls, after_chunks: int = 1) -> Fault:
         """A few chunks, then the connection is dropped mid-stream."""
         return cls("disconnect", after_chunks=after_chunks)
+
+    @classmethod
+    def reset(cls, after_chunks: int = 1) -> Fault:
+        """A few chunks, then the connection is reset (TCP RST, as when a killed engine's
+        kernel drops a socket with data unread), not closed."""
+        return cls("reset", after_chunks=after_chunks)
 
 
 Entry = Union[Reply, Fault, Callable[[dict[str, Any], int], Union[Reply, Fault]]]
@@ -394,7 +402,10 @@ class ScriptedServer:
                 if fault.kind == "stall":
                     await asyncio.sleep(fault.seconds)
                     return False
-                if fault.kind == "disconnect":
+                if fault.kind in ("disconnect", "reset"):
+                    if fault.kind == "reset":  # linger 0: closing sends RST instead of FIN
+                        writer.get_extra_info("socket").setsockopt(
+                            socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                     writer.transport.abort()
                     return False
             await event(orjson.dumps(payload))

@@ -241,12 +241,16 @@ class ChatClient:
                             result.usage = delta.usage
                         deltas.append(delta)
                     yield deltas
-        except httpx.ConnectError as exc:
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
             raise EngineUnreachable(f"cannot reach the engine at {base_url}: {exc}") from exc
         except httpx.ReadTimeout as exc:
             raise EngineUnreachable(f"the engine at {base_url} stopped sending (read timeout)") from exc
-        except httpx.RemoteProtocolError as exc:
-            raise EngineUnreachable(f"the engine at {base_url} closed the stream: {exc}") from exc
+        except (httpx.RemoteProtocolError, httpx.NetworkError) as exc:  # a reset connection: ReadError
+            why = str(exc) or type(exc).__name__
+            raise EngineUnreachable(f"the engine at {base_url} closed the stream: {why}") from exc
+        except httpx.TimeoutException as exc:  # writing the request, waiting for a free connection
+            raise EngineUnreachable(
+                f"the request to the engine at {base_url} timed out ({type(exc).__name__})") from exc
 
     def _generated(self, tokens: int) -> None:
         if self.session_id is not None:
