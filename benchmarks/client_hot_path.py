@@ -1,18 +1,23 @@
 """The chat client's CPU per streamed chunk, on loopback — the hot path, measured.
 
-    python benchmarks/client_hot_path.py [--chunks 50000] [--requests 3] [--paths httpx,worker,lines]
+    python benchmarks/client_hot_path.py [--chunks 50000] [--requests 3] [--paths httpx,worker,lines,memory]
                                          [--framing event|whole]
 
 A stand-in engine runs in a *separate process*: every chat request gets the same stream,
 rendered once — a role chunk, ``--chunks`` one-character content chunks, a finish chunk, a
 usage chunk and ``[DONE]`` in vLLM 0.32's chunk format, one SSE event per HTTP chunk as vLLM
-frames them (``--framing whole``: the whole body in one HTTP chunk) — written whole, so the client reads as much as its socket holds (what it costs per chunk is the client's
-own work, not how the server happened to be scheduled on a busy machine). This process streams
+frames them (``--framing whole``: the whole body in one HTTP chunk) — and written whole, so
+the client reads as much as its socket holds (what a chunk costs is the client's own work,
+not how the server happened to be scheduled on a busy machine). This process streams
 ``--requests`` of them (after one warm-up request) through each path:
 
 - ``httpx``: ``ChatClient.stream_chat`` over the shared ``httpx`` client (one delta per event);
 - ``worker``: ``ChatClient.stream_chat`` over a :class:`StreamWorker` (the window's and the
   fleets' path: sockets read on the worker's thread, deltas handed over coalesced);
+- ``memory``: ``ChatClient.stream_chat`` over an ``httpx`` client whose transport hands over
+  the same body from memory, piece by piece as a read would (an event a piece, or 64 KiB):
+  the client's own code per chunk without the socket and ``httpx``'s HTTP parsing, quiet
+  enough to tell a change of a few percent on a busy machine;
 - ``lines``: no ``ChatClient`` — ``httpx`` ``aiter_lines`` + ``orjson`` on each ``data:`` line,
   the reference row of the client measurements in ENGINE.md (2.6 µs a chunk there, a figure
   this row gives with ``--framing whole``; with vLLM's framing ``httpx`` hands over every
@@ -35,6 +40,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -44,40 +50,49 @@ from workstation.engine.chat_client import ChatClient  # noqa: E402
 from workstation.engine.http import make_http_client  # noqa: E402
 from workstation.engine.stream_worker import StreamWorker  # noqa: E402
 
-PATHS = ("httpx", "worker", "lines")
+PATHS = ("httpx", "worker", "lines", "memory")
+READ_BYTES = 65_536
 MESSAGES = [{"role": "user", "content": "stream"}]
 
 
-def _stream_bytes(chunks: int, framing: str) -> bytes:
-    """One whole streamed answer, HTTP head to the last chunk, as vLLM 0.32 sends it (or its
-    events in one HTTP chunk, ``framing="whole"``)."""
+def _events(chunks: int) -> list[bytes]:
+    """One streamed answer's SSE events, as vLLM 0.32 writes them."""
     base = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "created": 0, "model": "bench"}
 
-    def http_chunk(data: bytes) -> bytes:
-        return b"%x\r\n%s\r\n" % (len(data), data)
-
     def event(payload: bytes) -> bytes:
-        data = b"data: " + payload + b"\n\n"
-        return http_chunk(data) if framing == "event" else data
+        return b"data: " + payload + b"\n\n"
 
     def choice(delta: dict, finish: str | None = None) -> bytes:
         return orjson.dumps({**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
                                                   "finish_reason": finish, "token_ids": None}]})
 
     usage = {"prompt_tokens": 10, "completion_tokens": chunks, "total_tokens": 10 + chunks}
-    body = b"".join([
-        event(choice({"role": "assistant", "content": ""})),
-        event(choice({"content": "x"})) * chunks,
-        event(choice({}, "stop")),
-        event(orjson.dumps({**base, "choices": [], "usage": usage})),
-        event(b"[DONE]"),
-    ])
-    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n"
-    return head + (body if framing == "event" else http_chunk(body)) + b"0\r\n\r\n"
+    return [event(choice({"role": "assistant", "content": ""})),
+            *[event(choice({"content": "x"}))] * chunks,
+            event(choice({}, "stop")),
+            event(orjson.dumps({**base, "choices": [], "usage": usage})),
+            event(b"[DONE]")]
+
+
+def _pieces(events: list[bytes], framing: str) -> list[bytes]:
+    """The body as it arrives: an event a piece (vLLM's HTTP chunks), or as much as a read
+    takes (64 KiB, httpx's read size)."""
+    if framing == "event":
+        return events
+    body = b"".join(events)
+    return [body[i:i + READ_BYTES] for i in range(0, len(body), READ_BYTES)]
+
+
+def _wire(events: list[bytes], framing: str) -> bytes:
+    """The whole HTTP answer: an HTTP chunk an event (vLLM's), or one for the whole body."""
+    pieces = events if framing == "event" else [b"".join(events)]
+    return (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+            b"transfer-encoding: chunked\r\n\r\n"
+            + b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in pieces) + b"0\r\n\r\n")
 
 
 def _serve(conn, chunks: int, framing: str) -> None:  # runs in the server process
-    answer = _stream_bytes(chunks, framing)
+    answer = _wire(_events(chunks), framing)
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -128,12 +143,29 @@ async def _through_lines(http, endpoint: Endpoint) -> int:
     return chunks
 
 
-async def _measure(path: str, endpoint: Endpoint, requests: int) -> dict:
+class _Body(httpx.AsyncByteStream):
+    def __init__(self, pieces: list[bytes]) -> None:
+        self.pieces = pieces
+
+    async def __aiter__(self):  # type: ignore[no-untyped-def]
+        for piece in self.pieces:
+            yield piece
+
+
+def _in_memory(pieces: list[bytes]) -> httpx.AsyncClient:
+    """An ``httpx`` client whose every request gets the stream from memory: no socket, no parser."""
+    def answer(_request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=_Body(pieces))
+
+    return httpx.AsyncClient(transport=httpx.MockTransport(answer))
+
+
+async def _measure(path: str, endpoint: Endpoint, requests: int, pieces: list[bytes]) -> dict:
     told = [0]
     records = []
     worker = StreamWorker() if path == "worker" else None
     try:
-        async with make_http_client() as http:
+        async with _in_memory(pieces) if path == "memory" else make_http_client() as http:
             client = ChatClient(http, endpoint, streams=worker, session_id="bench", observers=[records.append])
             client.token_observers.append(lambda _sid, n: told.__setitem__(0, told[0] + n))
 
@@ -177,7 +209,8 @@ def main() -> int:
     server.start()
     try:
         endpoint = Endpoint(f"http://127.0.0.1:{parent.recv()}", "test-key", "bench")
-        rows = [asyncio.run(_measure(path, endpoint, args.requests)) for path in paths]
+        pieces = _pieces(_events(args.chunks), args.framing)
+        rows = [asyncio.run(_measure(path, endpoint, args.requests, pieces)) for path in paths]
     finally:
         parent.send("stop")
         server.join(10)
