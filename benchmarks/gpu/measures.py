@@ -226,10 +226,7 @@ class ShapeCapture:
         self.recorder.detach_all()
 
     def shape(self):  # type: ignore[no-untyped-def]
-        from workstation.tuning.capture import estimate_common_prefix
-
-        self.recorder.common_prefix_tokens = estimate_common_prefix(self.recorder)
-        return self.recorder.shape()
+        return self.recorder.shape()  # a fleet recorder estimates the shared prefix itself
 
 
 async def fleet_and_capture(http, endpoint, *, sessions: int, max_steps: int, timeout_s: float,
