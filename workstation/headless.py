@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import signal
 import sys
@@ -31,17 +32,19 @@ async def _stream_one(client: ChatClient, prompt: str, max_tokens: int, echo: bo
     first: float | None = None
     pieces: list[str] = []
     usage = None
-    async for delta in client.stream_chat(
+    # aclosing: a write that fails (a closed pipe) ends the request now, not when collected
+    async with contextlib.aclosing(client.stream_chat(
         [{"role": "user", "content": prompt}], max_tokens=max_tokens, temperature=0.0
-    ):
-        if delta.content:
-            if first is None:
-                first = time.monotonic() - t0
-            pieces.append(delta.content)
-            if echo:
-                sys.stdout.write(delta.content)
-                sys.stdout.flush()
-        usage = delta.usage or usage
+    )) as deltas:
+        async for delta in deltas:
+            if delta.content:
+                if first is None:
+                    first = time.monotonic() - t0
+                pieces.append(delta.content)
+                if echo:
+                    sys.stdout.write(delta.content)
+                    sys.stdout.flush()
+            usage = delta.usage or usage
     elapsed = time.monotonic() - t0
     tokens = usage.completion_tokens if usage else len(pieces)
     gen_s = max(elapsed - (first or 0.0), 1e-9)

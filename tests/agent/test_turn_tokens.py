@@ -1,5 +1,7 @@
 """A turn streamed in coalesced deltas: the events carry how many tokens each piece holds."""
 
+import pytest
+
 from workstation.agent.turn import _joined, stream_turn
 from workstation.core import agent_events as ev
 from workstation.core.agent_events import ToolProtocol
@@ -37,3 +39,22 @@ async def test_coalesced_text_and_tool_calls_keep_their_token_counts():
 def test_pieces_of_one_call_are_joined_and_other_calls_stay_apart():
     pieces = [(0, "a", "x"), (0, "a", "y"), (1, "b", "z"), (0, "a", "w")]
     assert _joined(pieces) == [(0, "a", "xy", 2), (1, "b", "z", 1), (0, "a", "w", 1)]
+
+
+async def test_a_turn_whose_consumer_fails_closes_its_request_at_once(http):
+    """An emit that raises mid-stream ends the request there and then: the open count (what
+    the safe switch's drain waits on) is 0 while the error is still held, without gc."""
+    from tests.helpers.scripted_server import Reply, ScriptedServer
+    from workstation.engine.chat_client import ChatClient
+
+    def emit(event):
+        if isinstance(event, ev.TextStreamed):
+            raise RuntimeError("the pane went away")
+
+    async with ScriptedServer([Reply(text="one two three four five six")]) as server:
+        client = ChatClient(http, server.endpoint)
+        with pytest.raises(RuntimeError) as failed:  # holds the traceback, and so the turn's frame
+            await stream_turn(client, [{"role": "user", "content": "hi"}], ToolProtocol.NATIVE,
+                              session_id="s", turn=1, max_tokens=64, temperature=0.0, emit=emit)
+        assert failed.value.args == ("the pane went away",)
+        assert client.open_requests.on(server.endpoint.base_url) == 0

@@ -46,23 +46,27 @@ async def stream_turn(
     parts: list[str] = []
     finish = ""
     usage: Usage | None = None
+    # aclosing: a consumer's own error (an emit that raises) ends the request now, not when
+    # the generator is collected; until then it counts open and the safe switch's drain waits
     try:
-        async for delta in client.stream_chat(messages, max_tokens=max_tokens, temperature=temperature,
-                                              **request_fields(protocol, tools)):
-            # a delta may hold several tokens (streams arrive coalesced): one event each
-            if delta.content:
-                parts.append(delta.content)
-                emit(ev.TextStreamed(session_id, turn, delta.content, delta.events or 1))
-            if delta.reasoning:
-                emit(ev.ReasoningStreamed(session_id, turn, delta.reasoning,
-                                          0 if delta.content else (delta.events or 1)))
-            if delta.tool_calls:
-                for index, name, piece, tokens in _joined(acc.add(delta.tool_calls)):
-                    emit(ev.ToolCallStreamed(session_id, turn, index, name, piece, tokens))
-            if delta.finish_reason:
-                finish = delta.finish_reason
-            if delta.usage is not None:
-                usage = delta.usage
+        async with contextlib.aclosing(client.stream_chat(
+                messages, max_tokens=max_tokens, temperature=temperature,
+                **request_fields(protocol, tools))) as deltas:
+            async for delta in deltas:
+                # a delta may hold several tokens (streams arrive coalesced): one event each
+                if delta.content:
+                    parts.append(delta.content)
+                    emit(ev.TextStreamed(session_id, turn, delta.content, delta.events or 1))
+                if delta.reasoning:
+                    emit(ev.ReasoningStreamed(session_id, turn, delta.reasoning,
+                                              0 if delta.content else (delta.events or 1)))
+                if delta.tool_calls:
+                    for index, name, piece, tokens in _joined(acc.add(delta.tool_calls)):
+                        emit(ev.ToolCallStreamed(session_id, turn, index, name, piece, tokens))
+                if delta.finish_reason:
+                    finish = delta.finish_reason
+                if delta.usage is not None:
+                    usage = delta.usage
     except BaseException:
         emit(ev.TurnFinished(session_id, turn, "error", "".join(parts), 0))
         raise

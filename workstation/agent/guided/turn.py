@@ -13,6 +13,7 @@ as for any other protocol.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import re
@@ -205,13 +206,15 @@ class GuidedTurn:
         extra: dict[str, Any] = {"structured_outputs": {"regex": regex}}
         if n > 1:
             extra["n"] = n
-        async for delta in self.client.stream_chat(messages, max_tokens=max_tokens, temperature=temperature,
-                                                   extra=extra):
-            if delta.content:
-                parts.setdefault(delta.index, []).append(delta.content)
-                if show and delta.index == 0:  # the engine's tokens, as the delta counts them
-                    self.emit(ev.TextStreamed(self.session_id, self.turn, delta.content, delta.events or 1))
-            usage = delta.usage or usage
+        # aclosing: an emit that raises ends the request now, not when the generator is collected
+        async with contextlib.aclosing(self.client.stream_chat(
+                messages, max_tokens=max_tokens, temperature=temperature, extra=extra)) as deltas:
+            async for delta in deltas:
+                if delta.content:
+                    parts.setdefault(delta.index, []).append(delta.content)
+                    if show and delta.index == 0:  # the engine's tokens, as the delta counts them
+                        self.emit(ev.TextStreamed(self.session_id, self.turn, delta.content, delta.events or 1))
+                usage = delta.usage or usage
         self.spent.add(usage)
         return ["".join(p) for _, p in sorted(parts.items())]
 
