@@ -123,6 +123,7 @@ def test_a_refused_follow_up_keeps_its_text_and_its_images(qtbot, fleet_ui: Flee
         qtbot.keyClicks(focus.input, "Please follow up like this")
         qtbot.keyClick(focus.input, Qt.Key.Key_Return)
         await ui.wait(lambda: "budget reached" in ui.window.notice_label.text())
+        assert ui.window.notice_label.text().endswith("(raise or clear its budget to continue)")
         assert focus.input.text() == "Please follow up like this"
         assert [Path(p) for p in focus.images.paths()] == [shot.resolve()]
         focus.input.clear()

@@ -16,6 +16,7 @@ from typing import Any
 from workstation.core.errors import UserError
 from workstation.ui.backend import NewSessionRequest, SessionCommands
 from workstation.ui.dialogs.new_session import NewSessionDialog
+from workstation.ui.tasks import user_message
 
 COMMANDS_POLL_S = 0.2
 
@@ -66,7 +67,7 @@ class NewSessionFlow:
             dialog.set_busy("Creating…")
             await commands.create_sessions(request)
         except UserError as exc:
-            dialog.show_problem(str(exc) + (f" ({exc.hint})" if exc.hint else ""))
+            dialog.show_problem(user_message(exc))
             return
         except asyncio.CancelledError:
             if not self._cancelled:

@@ -18,6 +18,12 @@ from workstation.core.errors import UserError
 log = logging.getLogger(__name__)
 
 
+def user_message(exc: UserError) -> str:
+    """The window's one line for a refusal: what, then what to do, ``budget reached (raise or
+    clear its budget to continue)``; the status bar and the forms alike."""
+    return str(exc) + (f" ({exc.hint})" if exc.hint else "")
+
+
 class TaskOwner:
     def __init__(self, owner: str, on_error: Callable[[str], None] | None = None) -> None:
         self.owner = owner
@@ -38,7 +44,7 @@ class TaskOwner:
         if exc is None:
             return
         if isinstance(exc, UserError):
-            message = str(exc)
+            message = user_message(exc)
             log.warning("%s failed: %s", task.get_name(), message)
         else:
             message = f"{task.get_name()} failed: {exc!r}"
