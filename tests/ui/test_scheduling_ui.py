@@ -50,7 +50,7 @@ def test_cost_budget_focus_and_background_in_the_window(qtbot, fleet_ui: FleetUI
         assert state_text(pane.info) == "budget reached" and "of 50 tokens" in pane.info.detail
         await ui.wait(lambda: (pane.info.cost_usd or 0) > 0)  # the stats tick brings the cost
         assert pane.info.cost_usd == pytest.approx(ui.fleet.summary(sid).cost_usd)
-        await ui.wait(lambda: "at m1 prices" in ui.window.cost_label.text())
+        await ui.wait(lambda: " · $" in ui.window.summary_label.text() and "at m1 prices" in ui.window.summary_label.text())
         # the pane's menu: Budget… lifts the budget, and the session goes on to the end
         menu = ui.window.session_actions.open_menu(pane)
         assert [a.data() for a in menu.actions() if a.data() in ("background", "budget")] == ["background", "budget"]

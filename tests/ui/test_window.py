@@ -229,6 +229,15 @@ def test_engine_dock_buttons_and_log(qtbot, qloop, settings) -> None:  # type: i
         window.close()
 
 
+def test_the_cost_follows_the_summary_with_its_one_separator(window) -> None:  # type: ignore[no-untyped-def]
+    """The cost was a label of its own that began with "· ": beside the bar's own gap it read
+    "77 tok/s  · $0.034"."""
+    add_panes(window, 2)
+    window.set_token_rate(77.0)
+    window.set_fleet_cost("$0.034 at m1 prices")
+    assert window.summary_label.text() == "2 sessions · 2 running · 77 tok/s · $0.034 at m1 prices"
+
+
 def test_a_status_notice_keeps_its_details_in_the_tooltip(window) -> None:  # type: ignore[no-untyped-def]
     window.show_status("Kept 1 demo session(s) you worked in, as yours now (fix-median)", 20000,
                        details="fix-median: you sent it 1 message")

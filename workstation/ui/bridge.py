@@ -236,7 +236,7 @@ class FleetBridge(QObject):
                 window.update_session(replace(info, detail=event.reason))
         elif isinstance(event, fe.FleetCostChanged):
             if event.cost_usd is not None and event.api_model:
-                window.cost_label.setText(f"· {money(event.cost_usd)} at {event.api_model.rsplit('/', 1)[-1]} prices")
+                window.set_fleet_cost(f"{money(event.cost_usd)} at {event.api_model.rsplit('/', 1)[-1]} prices")
         elif isinstance(event, fe.SessionSettingsChanged):
             self._update_info(event.summary.session_id, background=event.summary.background)
         elif isinstance(event, fe.SessionMoved):

@@ -84,6 +84,8 @@ class MainWindow(QMainWindow):
         self.bridge: FleetBridge | None = None
         self._slots_text = ""
         self._token_rate: float | None = None
+        self._cost_text = ""
+        """Every session's tokens at the chosen paid API's prices (:meth:`set_fleet_cost`)."""
         self.new_session_dialog: NewSessionDialog | None = None
         self.settings_dialog: SettingsDialog | None = None
         self.gpu_name = ""
@@ -211,14 +213,11 @@ class MainWindow(QMainWindow):
         status = self.statusBar()
         # All permanent: a transient showMessage() would hide the session summary.
         self.summary_label = QLabel()
-        self.cost_label = QLabel()
-        """Every session's tokens at the chosen paid API's prices (the bridge sets it)."""
         self.notice_label = QLabel()
         self.notice_label.setTextFormat(Qt.TextFormat.PlainText)
         self.page_label = QLabel()
         self.engine_status = QLabel()
         status.addPermanentWidget(self.summary_label)
-        status.addPermanentWidget(self.cost_label)
         status.addPermanentWidget(self.notice_label, 1)
         status.addPermanentWidget(self.page_label)
         status.addPermanentWidget(self.engine_status)
@@ -427,6 +426,11 @@ class MainWindow(QMainWindow):
         self._token_rate = rate or 0.0
         self._update_counts()
 
+    def set_fleet_cost(self, text: str) -> None:
+        """``$0.034 at m1 prices``: the summary line's last part."""
+        self._cost_text = text
+        self._update_counts()
+
     def set_meter_strip(self, widget: QWidget) -> None:
         self.meter_strip_host.addWidget(widget)
 
@@ -526,7 +530,7 @@ class MainWindow(QMainWindow):
         rate = self._token_rate
         if rate is None:
             rate = sum(p.display_rate() for p in self.panes.values())
-        text = session_summary_line(states, self.attention.waiting, self._slots_text, rate)
+        text = session_summary_line(states, self.attention.waiting, self._slots_text, rate, self._cost_text)
         if self.summary_label.text() != text:
             self.summary_label.setText(text)
         self._update_page_label()
