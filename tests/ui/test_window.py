@@ -238,6 +238,31 @@ def test_the_cost_follows_the_summary_with_its_one_separator(window) -> None:  #
     assert window.summary_label.text() == "2 sessions · 2 running · 77 tok/s · $0.034 at m1 prices"
 
 
+def test_the_new_session_dialog_keeps_its_size_while_typing(qtbot, window, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """An error line that appeared (and went) under a field while typing resized the form, and
+    its buttons moved under the pointer."""
+    from workstation.ui.dialogs.new_session import NewSessionDialog
+
+    dialog = NewSessionDialog(window, None)
+    qtbot.addWidget(dialog)
+    dialog.show()
+    qtbot.waitExposed(dialog)
+    size = dialog.size()
+    (tmp_path / "plain").mkdir()
+    for field, text in ((dialog.repo.lineEdit(), str(tmp_path / "plain") + "/a-long-folder-name" * 6),
+                        (dialog.base_branch, "bad branch"), (dialog.task, "Fix add()"),
+                        (dialog.mcp_config, str(tmp_path / "missing.json")),
+                        (dialog.clone_url, "https://example.invalid/x.git")):
+        qtbot.keyClicks(field, text)
+        qtbot.wait(20)  # the layout's deferred resize
+        assert dialog.size() == size, field.objectName() or text
+    assert dialog.repo_error.isVisible() and dialog.branch_error.isVisible()
+    for field in (dialog.repo.lineEdit(), dialog.base_branch, dialog.mcp_config, dialog.clone_url):
+        field.clear()
+        qtbot.wait(20)
+        assert dialog.size() == size
+
+
 def test_a_status_notice_keeps_its_details_in_the_tooltip(window) -> None:  # type: ignore[no-untyped-def]
     window.show_status("Kept 1 demo session(s) you worked in, as yours now (fix-median)", 20000,
                        details="fix-median: you sent it 1 message")

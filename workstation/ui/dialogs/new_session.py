@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QRadioButton,
+    QSizePolicy,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -125,21 +126,18 @@ class NewSessionDialog(QDialog):
         self.clone_url = QLineEdit()
         self.clone_url.setPlaceholderText("…or a URL to clone (https://, ssh://, git@host:)")
         form.addRow("Clone URL", self.clone_url)
-        self.repo_error = self._error_label()
-        form.addRow("", self.repo_error)
+        self.repo_error = self._error_line(form)
 
         self.base_branch = QLineEdit()
         self.base_branch.setPlaceholderText("the repository's current branch")
         form.addRow("Base branch", self.base_branch)
-        self.branch_error = self._error_label()
-        form.addRow("", self.branch_error)
+        self.branch_error = self._error_line(form)
 
         self.task = QPlainTextEdit()
         self.task.setPlaceholderText("What should the agent do? e.g. “Fix the flaky test in tests/test_io.py”")
         self.task.setFixedHeight(96)
         form.addRow("Task", self.task)
-        self.task_error = self._error_label()
-        form.addRow("", self.task_error)
+        self.task_error = self._error_line(form)
         folder = commands.attachments_dir() if commands is not None else ""
         self.images = ImageTray(Path(folder) if folder else None)
         refusal = commands.images_refusal() if commands is not None else "no model to ask"
@@ -197,8 +195,7 @@ class NewSessionDialog(QDialog):
         mcp_row.addWidget(self.mcp_config, 1)
         mcp_row.addWidget(mcp_browse)
         form.addRow("MCP servers", mcp_row)
-        self.mcp_error = self._error_label()
-        form.addRow("", self.mcp_error)
+        self.mcp_error = self._error_line(form)
 
         self.note = QLabel("")
         self.note.setWordWrap(True)
@@ -236,8 +233,24 @@ class NewSessionDialog(QDialog):
         label.hide()
         return label
 
+    def _error_line(self, form: QFormLayout) -> QLabel:
+        """A field's error line, in a row that keeps its one line of height while the error
+        is hidden (the form lays out no hidden widget, whatever its size policy) and asks for
+        no width (the whole text in its tooltip): an error that comes and goes while typing
+        resized the form, and its buttons moved under the pointer."""
+        label = self._error_label()
+        label.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        row = QWidget()
+        row.setFixedHeight(label.fontMetrics().lineSpacing())
+        box = QVBoxLayout(row)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.addWidget(label)
+        form.addRow("", row)
+        return label
+
     def _show(self, label: QLabel, message: str, touched: bool) -> None:
         label.setText(message)
+        label.setToolTip(message)
         label.setVisible(bool(message) and touched)
 
     def validate(self) -> bool:
