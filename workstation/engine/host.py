@@ -66,9 +66,10 @@ class Launchers:
         from workstation.engine.environment import require_engine
         from workstation.engine.models import resolve_model
 
+        install = require_engine(settings)  # first: without an engine, that is what to say
         spec = resolve_model(settings, model)
         n = sequences_per_session(spec) if sequences_per_session is not None else 1
-        return cls(settings, require_engine(settings), spec, sequences_per_session=n)
+        return cls(settings, install, spec, sequences_per_session=n)
 
     def __call__(self, profile: str | Profile | None = None, env: Mapping[str, str] | None = None, *,
                  port: int | None = None, log_dir: Path | None = None, log_subdir: str = "",
