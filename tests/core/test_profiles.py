@@ -6,6 +6,7 @@ from workstation.core.profiles import (
     apply_changes,
     diff_against_parent,
     effective,
+    engine_count,
     flatten,
     profile_from_mapping,
     profile_to_toml,
@@ -97,3 +98,25 @@ def test_platform_args_survive_toml_and_refuse_unknown_platforms():
         profile_from_mapping({"name": "x", "platform_args": {"tpu": ["--a"]}})
     with pytest.raises(ValueError, match="list of strings"):
         profile_from_mapping({"name": "x", "platform_args": {"cuda": "--a"}})
+
+
+def test_engines_per_gpu_is_inherited_survives_toml_and_flattening_and_is_one_on_the_cpu():
+    import tomllib
+
+    parent = Profile("two", "two engines", args=("--stream-interval", "8"), parent="default", engines_per_gpu=2)
+    child = Profile("child", "a flag more", args=("--max-num-seqs", "128"), parent="two")
+    catalogue = {**PRESETS, "two": parent, "child": child}
+    assert engine_count(child, catalogue) == 2
+    assert engine_count(child, catalogue, platform="cpu") == 1  # cores are shared out, not GPUs
+    assert engine_count(PRESETS["default"], PRESETS) == 1
+    flat = flatten(child, catalogue)
+    assert flat.engines_per_gpu == 2 and flat.parent is None
+    assert profile_from_mapping(tomllib.loads(profile_to_toml(flat))) == flat
+    assert "2 engines on each GPU" in diff_against_parent(parent)
+    assert flatten(PRESETS["default"], PRESETS).engines_per_gpu is None
+
+
+@pytest.mark.parametrize("bad", [0, 9, 1.5, True, "2"])
+def test_engines_per_gpu_out_of_range_is_refused_in_words(bad):
+    with pytest.raises(ValueError, match="engines_per_gpu.*whole number from 1 to 8"):
+        profile_from_mapping({"name": "x", "engines_per_gpu": bad})

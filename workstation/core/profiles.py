@@ -33,6 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 PLATFORMS = frozenset({"cpu", "cuda"})
+MAX_ENGINES_PER_GPU = 8
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
@@ -46,6 +47,13 @@ class Profile:
     platforms: frozenset[str] = field(default_factory=lambda: PLATFORMS)
     platform_args: tuple[tuple[str, tuple[str, ...]], ...] = ()
     """Further changes on one platform only: ``(("cpu", ("--enforce-eager",)),)``."""
+    engines_per_gpu: int | None = None
+    """Engines of the model sharing each GPU (or GPU group), each with an equal share of its
+    memory and of the sessions; None: the parent's (1 at the top: vLLM's own arrangement).
+    A small model on a large GPU is bound by one engine's host work per step (its scheduler,
+    sampler and grammar masks run in one process while the GPU waits), so engines side by side
+    serve more. GPU platforms only: on the CPU engine cores are what is shared out
+    (``engine.replicas``)."""
 
     def args_on(self, platform: str | None) -> tuple[str, ...]:
         """This profile's own changes on ``platform`` (its ``args``, then that platform's)."""
@@ -154,6 +162,21 @@ def effective(profile: Profile, catalogue: Mapping[str, Profile], *, platform: s
     return args, env
 
 
+def engine_count(profile: Profile, catalogue: Mapping[str, Profile], *, platform: str | None = None) -> int:
+    """How many engines of the model share each GPU under ``profile``: its own value, else the
+    nearest ancestor's, else 1; always 1 on the CPU engine."""
+    if platform == "cpu":
+        return 1
+    node: Profile | None = profile
+    seen: set[str] = set()
+    while node is not None and node.name not in seen:
+        if node.engines_per_gpu is not None:
+            return node.engines_per_gpu
+        seen.add(node.name)
+        node = catalogue.get(node.parent) if node.parent else None
+    return 1
+
+
 def flatten(profile: Profile, catalogue: Mapping[str, Profile], *, platform: str | None = None) -> Profile:
     """The same profile with its ancestry folded in (``parent=None``): what a launcher that
     only knows the presets can run. With ``platform`` its platform changes are folded in too
@@ -161,8 +184,10 @@ def flatten(profile: Profile, catalogue: Mapping[str, Profile], *, platform: str
     args, env = effective(profile, catalogue, platform=platform)
     platforms = profile.platforms & {platform} if platform else profile.platforms
     platform_args = () if platform else _folded_platform_args(profile, catalogue)
+    engines = engine_count(profile, catalogue)
     return replace(profile, args=tuple(args), env=tuple(sorted(env.items())), parent=None,
-                   platforms=platforms or profile.platforms, platform_args=platform_args)
+                   platforms=platforms or profile.platforms, platform_args=platform_args,
+                   engines_per_gpu=engines if engines != 1 else None)
 
 
 def _folded_platform_args(profile: Profile, catalogue: Mapping[str, Profile]) -> tuple[tuple[str, tuple[str, ...]], ...]:
@@ -191,10 +216,10 @@ def _changes_from(base: list[str], target: list[str]) -> list[str]:
 
 
 def derive(parent: Profile, name: str, description: str, args: tuple[str, ...] = (),
-           env: tuple[tuple[str, str], ...] = ()) -> Profile:
+           env: tuple[tuple[str, str], ...] = (), engines: int | None = None) -> Profile:
     """A child of ``parent`` that makes one named change (the autotuner's step)."""
     return Profile(name=name, description=description, args=args, env=env, parent=parent.name,
-                   platforms=parent.platforms)
+                   platforms=parent.platforms, engines_per_gpu=engines)
 
 
 def diff_against_parent(profile: Profile) -> list[str]:
@@ -203,13 +228,23 @@ def diff_against_parent(profile: Profile) -> list[str]:
     for platform, values in profile.platform_args:
         lines += [f"on {platform}: {flag} {' '.join(v)}".strip() for flag, v in split_flags(list(values)).items()]
     lines += [f"env {k}={v}" for k, v in profile.env]
+    if profile.engines_per_gpu is not None:
+        lines.append(engines_label(profile.engines_per_gpu))
     return lines
 
 
-def describe_change(args: tuple[str, ...] | list[str], env: Mapping[str, str] | None = None) -> str:
-    """One line for a table: ``--max-num-seqs 64, env OMP_NUM_THREADS=1``."""
+def engines_label(engines: int) -> str:
+    """``2 engines on each GPU`` (what tables and diffs call the change)."""
+    return f"{engines} engine{'s' if engines != 1 else ''} on each GPU"
+
+
+def describe_change(args: tuple[str, ...] | list[str], env: Mapping[str, str] | None = None,
+                    engines: int | None = None) -> str:
+    """One line for a table: ``--max-num-seqs 64, env OMP_NUM_THREADS=1, 2 engines on each GPU``."""
     parts = [f"{flag} {' '.join(values)}".strip() for flag, values in split_flags(list(args)).items()]
     parts += [f"env {k}={v}" for k, v in (env or {}).items()]
+    if engines is not None:
+        parts.append(engines_label(engines))
     return ", ".join(parts) or "(no change)"
 
 
@@ -261,6 +296,8 @@ def profile_to_mapping(profile: Profile) -> dict[str, Any]:
     out["platforms"] = sorted(profile.platforms)
     if profile.platform_args:
         out["platform_args"] = {k: list(v) for k, v in profile.platform_args}
+    if profile.engines_per_gpu is not None:
+        out["engines_per_gpu"] = profile.engines_per_gpu
     return out
 
 
@@ -302,6 +339,11 @@ def profile_from_mapping(data: Mapping[str, Any], *, name: str | None = None) ->
         except ValueError as exc:
             raise ValueError(f"profile {name!r}: platform_args.{platform}: {exc}") from None
         platform_args.append((platform, tuple(values)))
+    engines = data.get("engines_per_gpu")
+    if engines is not None and (isinstance(engines, bool) or not isinstance(engines, int)
+                                or not 1 <= engines <= MAX_ENGINES_PER_GPU):
+        raise ValueError(f"profile {name!r}: 'engines_per_gpu' must be a whole number from 1 to "
+                         f"{MAX_ENGINES_PER_GPU}, got {engines!r}")
     return Profile(
         name=name,
         description=str(data.get("description", "")),
@@ -310,6 +352,7 @@ def profile_from_mapping(data: Mapping[str, Any], *, name: str | None = None) ->
         parent=str(parent) if parent else None,
         platforms=frozenset(platforms),
         platform_args=tuple(platform_args),
+        engines_per_gpu=engines,
     )
 
 
@@ -325,6 +368,8 @@ def profile_to_toml(profile: Profile) -> str:
         lines.append(f"parent = {_toml_str(profile.parent)}")
     lines.append("platforms = [" + ", ".join(_toml_str(p) for p in sorted(profile.platforms)) + "]")
     lines.append("args = [" + ", ".join(_toml_str(a) for a in profile.args) + "]")
+    if profile.engines_per_gpu is not None:
+        lines.append(f"engines_per_gpu = {profile.engines_per_gpu}")
     lines.append("")
     lines.append("[env]")
     lines += [f"{_toml_str(k)} = {_toml_str(v)}" for k, v in profile.env]
