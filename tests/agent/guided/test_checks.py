@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+import select
 import signal
+import subprocess
+import sys
 import threading
 import time
 import warnings
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.agent import test_guided_loop
@@ -54,6 +58,49 @@ async def test_a_check_process_that_dies_is_replaced_and_the_pool_closes() -> No
     with pytest.raises(ProcessLookupError):
         os.kill(old, 0)
     assert await checks.off_loop(os.getpid) != old  # a later check starts a new pool
+
+
+# A process running agents (a benchmark, headless) with both check processes started, one busy
+POOL_OWNER = """
+import asyncio, os, time
+from workstation.agent.guided import checks
+
+async def main():
+    await asyncio.gather(*(checks.off_loop(time.sleep, 0.3) for _ in range(checks.CHECK_PROCESSES)))
+    busy = asyncio.ensure_future(checks.off_loop(time.sleep, 120))
+    await asyncio.sleep(0.3)
+    print("ready", flush=True)
+    await busy
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_no_check_process_outlives_a_pool_owner_stopped_by_sigterm() -> None:
+    root = Path(__file__).resolve().parents[3]
+    env = {**os.environ, "PYTHONPATH": str(root)}  # this checkout's package, in the owner and its pool
+    owner = subprocess.Popen([sys.executable, "-c", POOL_OWNER], cwd=root, env=env, stdout=subprocess.PIPE, text=True)
+    workers: list[psutil.Process] = []
+    try:
+        ready, _, _ = select.select([owner.stdout], [], [], 120)
+        assert ready and owner.stdout is not None and owner.stdout.readline() == "ready\n", owner.poll()
+        workers = psutil.Process(owner.pid).children(recursive=True)
+        spawned = [w for w in workers if "multiprocessing.spawn" in " ".join(w.cmdline())]
+        assert len(spawned) == checks.CHECK_PROCESSES, workers
+        owner.send_signal(signal.SIGTERM)  # no exit handler runs, no shut-down stage
+        assert owner.wait(10) == -signal.SIGTERM
+        _, alive = psutil.wait_procs(workers, timeout=10)
+        assert alive == []  # the check processes (and multiprocessing's resource tracker) went with it
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait(10)
+        for worker in workers:
+            try:
+                worker.kill()  # what this test started and survived it
+            except psutil.NoSuchProcess:
+                pass
 
 
 async def test_a_real_turn_checks_its_drafts_only_off_the_loop(make_agent, bug_repo: Path,

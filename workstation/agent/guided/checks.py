@@ -20,7 +20,7 @@ garbage collections of the app's whole heap, and a collection holds the GIL thro
 GIL itself cost every loop wake-up up to a switch interval (5 ms). In a child process
 neither reaches the loop (blocks of 4-6 ms, measured). The children are started with
 ``spawn`` (forking a process with Qt and threads is unsafe), ignore Ctrl-C (the app's to
-handle) and import this package once (~1 s, ~80 MB each, at the first guided turn: even a
+handle), end when the process that started them does (:func:`_exit_with_parent`) and import this package once (~1 s, ~80 MB each, at the first guided turn: even a
 read asks for the files' edit targets); each keeps its own caches (:mod:`.symbols`). As with any ``spawn``, a
 child imports the main script again (as ``__mp_main__``): a script that runs guided sessions
 keeps its work under ``if __name__ == "__main__":`` (``python -m`` modules are not imported).
@@ -32,8 +32,11 @@ import ast
 import asyncio
 import functools
 import multiprocessing
+import os
+import select
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -63,8 +66,45 @@ class DraftChecksFailed(UserError):
     """The process that checks drafts died twice in a row (killed, out of memory)."""
 
 
-def _child_setup() -> None:
+PARENT_POLL_S = 0.5
+"""How often a check process looks for its parent where it cannot wait on it (no pidfd)."""
+
+
+def _child_setup(parent_pid: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the app, which stops the pool
+    _exit_with_parent(parent_pid)
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """End this check process as soon as ``parent_pid`` (the process that made the pool)
+    has ended, however it ended.
+
+    A parent stopped by SIGTERM or SIGKILL runs no exit handler and no shut-down stage, and
+    its children wait on the pool's call queue for ever: each holds that pipe's write end
+    too, so none sees it close. ``prctl(PR_SET_PDEATHSIG)`` does not fit: it fires when the
+    *thread* that started the child ends, and the pool starts its processes from whichever
+    thread submits work (a loop in a thread, the pool's manager replacing a dead one). So a
+    daemon thread here waits on the parent: on a pidfd (Linux), else by looking at
+    ``getppid()`` every :data:`PARENT_POLL_S`; the process then exits at once (a check
+    changes nothing, so there is nothing to finish)."""
+    if os.getppid() != parent_pid:  # it ended while this process was starting
+        os._exit(1)
+    try:
+        pidfd = os.pidfd_open(parent_pid)
+    except (AttributeError, OSError):  # not Linux, or a kernel before 5.3
+        pidfd = None
+    if os.getppid() != parent_pid:  # it ended before the pidfd was opened (a pid reused since)
+        os._exit(1)
+
+    def wait() -> None:
+        if pidfd is not None:
+            select.select([pidfd], [], [])  # readable once the process has ended
+        else:
+            while os.getppid() == parent_pid:
+                time.sleep(PARENT_POLL_S)
+        os._exit(1)
+
+    threading.Thread(target=wait, name="check-parent-watch", daemon=True).start()
 
 
 def check_pool() -> ProcessPoolExecutor:
@@ -73,7 +113,7 @@ def check_pool() -> ProcessPoolExecutor:
     with _pool_lock:
         if _pool is None:
             _pool = ProcessPoolExecutor(max_workers=CHECK_PROCESSES, mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=_child_setup)
+                                        initializer=_child_setup, initargs=(os.getpid(),))
         return _pool
 
 
