@@ -1,6 +1,8 @@
 import pytest
 
-from workstation.core.engine_sizing import GIB, GpuMemory, ModelShape, SizingError, batch_for, size_engine
+from workstation.core.engine_sizing import (
+    GIB, GpuMemory, ModelShape, SizingError, batch_for, memory_share, size_engine,
+)
 
 SMOLLM2 = {  # config.json of SmolLM2-135M-Instruct as the app prepares it
     "model_type": "llama", "num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3,
@@ -73,3 +75,61 @@ def test_a_model_that_does_not_fit_is_refused_in_words():
     tiny_free = GpuMemory(0, "NVIDIA H200", total_bytes=H200.total_bytes, free_bytes=4 * GIB)
     with pytest.raises(SizingError, match="GiB free"):
         size_engine(ModelShape.from_config(SMOLLM2, weight_bytes=20 * GIB), [tiny_free], sessions=32)
+
+
+def test_engines_sharing_a_gpu_take_an_equal_share_of_its_memory_and_of_the_sessions():
+    shape = ModelShape.from_config(SMOLLM2, weight_bytes=269_000_000)
+    alone = size_engine(shape, [H200], sessions=32, sequences_per_session=6, model_max_len=8192)
+    first = size_engine(shape, [H200], sessions=32, sequences_per_session=6, model_max_len=8192,
+                        engines_on_device=2, place=1)
+    # 16 guided sessions of 6 drafts each: 96 sequences, twice that as a power of two
+    assert (alone.max_num_seqs, first.max_num_seqs) == (512, 256)
+    assert first.values() == {"max_num_seqs": "256", "max_model_len": "8192", "gpu_memory_utilization": "0.45"}
+    assert first.notes == ("one of 2 engines on its GPU: memory share 0.45, sized for 16 of 32 sessions",)
+    assert size_engine(shape, [H200], sessions=33, engines_on_device=2).max_num_seqs == batch_for(17)
+    assert [memory_share(k) for k in range(1, 9)] == [0.90, 0.45, 0.30, 0.22, 0.18, 0.15, 0.12, 0.11]
+    # without GPU facts a shared engine still takes its share (vLLM's 90 % would fail the second)
+    blind = size_engine(shape, [], sessions=32, engines_on_device=4)
+    assert blind.gpu_memory_utilization == 0.22 and blind.max_num_seqs == 16
+    # the context rule is per engine: a big model's KV cache holds half the sessions per engine
+    big = {**SMOLLM2, "num_hidden_layers": 80, "num_key_value_heads": 8, "hidden_size": 8192,
+           "num_attention_heads": 64, "max_position_embeddings": 131072}
+    whole = size_engine(ModelShape.from_config(big, weight_bytes=20 * GIB), [H200], sessions=32)
+    half = size_engine(ModelShape.from_config(big, weight_bytes=20 * GIB), [H200], sessions=32, engines_on_device=2)
+    assert half.kv_tokens < whole.kv_tokens and half.max_model_len * 16 <= half.kv_tokens
+
+
+CONTEXT_BYTES = GIB // 2
+"""What each engine process holds outside vLLM's budget (its CUDA context)."""
+
+
+def _start_one_after_another(card: GpuMemory, k: int, held_by_others: int = 0) -> list[float]:
+    """Start ``k`` engines on ``card`` in turn as the host does, each checked as vLLM checks
+    it (``free >= utilization x total`` after its own CUDA context); their shares."""
+    shape = ModelShape.from_config(SMOLLM2, weight_bytes=269_000_000)
+    used = held_by_others
+    shares = []
+    for place in range(1, k + 1):
+        now = GpuMemory(0, card.name, card.total_bytes, card.total_bytes - used)
+        util = size_engine(shape, [now], sessions=32, engines_on_device=k, place=place).gpu_memory_utilization
+        assert util is not None
+        free_at_check = card.total_bytes - used - CONTEXT_BYTES
+        assert free_at_check >= util * card.total_bytes, (k, place, util)  # vLLM's start-up check
+        used += int(util * card.total_bytes) + CONTEXT_BYTES
+        shares.append(util)
+    assert used <= card.total_bytes
+    return shares
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+def test_the_last_engine_on_a_gpu_still_passes_vllms_free_memory_check(k: int):
+    assert set(_start_one_after_another(H200, k)) == {memory_share(k, H200.total_bytes)}  # equal on an empty card
+    small = GpuMemory(0, "24 GB card", total_bytes=24 * GIB, free_bytes=24 * GIB)
+    if k <= 5:
+        _start_one_after_another(small, k)
+    else:  # a share too small for the working memory is refused in words, not left to fail the start
+        with pytest.raises(SizingError, match=f"do not fit in a share for each of {k} engines"):
+            _start_one_after_another(small, k)
+    # something else holds 30 GiB: each still starts, in near-equal parts of what is left
+    shares = _start_one_after_another(H200, k, held_by_others=30 * GIB)
+    assert max(shares) - min(shares) <= 0.02 + 1e-9 and sum(shares) * H200.total_bytes <= H200.total_bytes - 30 * GIB

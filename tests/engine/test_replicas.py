@@ -42,6 +42,32 @@ def test_one_engine_per_gpu_and_tensor_parallel_groups() -> None:
         plan_replicas("cuda", replicas=2)
 
 
+def test_engines_sharing_a_gpu_are_planned_next_to_each_other_and_know_their_share() -> None:
+    one_gpu = plan_replicas("cuda", gpu_indices=[0], engines_per_gpu=2)
+    assert [p.suffix for p in one_gpu] == ["", "@gpu0#2"]  # the first keeps the plain name
+    assert [(p.gpus, p.engines_on_device, p.place) for p in one_gpu] == [((0,), 2, 1), ((0,), 2, 2)]
+    assert all(p.env == {} and not p.args for p in one_gpu)  # the machine's only GPU is not named
+    assert one_gpu[1].where == "GPU 0, engine 2 of 2"
+    per_gpu = plan_replicas("cuda", replicas=0, gpu_indices=range(2), engines_per_gpu=3)
+    assert [p.suffix for p in per_gpu] == ["", "@gpu0#2", "@gpu0#3", "@gpu1", "@gpu1#2", "@gpu1#3"]
+    assert [p.env["CUDA_VISIBLE_DEVICES"] for p in per_gpu] == ["0", "0", "0", "1", "1", "1"]
+    assert [p.index for p in per_gpu] == list(range(6))
+    tp = plan_replicas("cuda", replicas=2, gpus_per_engine=2, gpu_indices=range(4), engines_per_gpu=2)
+    assert [p.suffix for p in tp] == ["", "@gpu0-1#2", "@gpu2-3", "@gpu2-3#2"]
+    assert all(p.args == ("--tensor-parallel-size", "2") and p.engines_on_device == 2 for p in tp)
+    # one engine on each GPU is what it was: nothing set on a lone GPU, no share
+    assert plan_replicas("cuda", gpu_indices=[0], engines_per_gpu=1) == plan_replicas("cuda", gpu_indices=[0])
+    assert all(p.engines_on_device == 1 for p in plan_replicas("cuda", replicas=0, gpu_indices=range(4)))
+    with pytest.raises(PlacementError, match="9 engines on each GPU were asked for; from 1 to 8"):
+        plan_replicas("cuda", gpu_indices=[0], engines_per_gpu=9)
+    with pytest.raises(PlacementError, match="from 1 to 8"):
+        plan_replicas("cuda", gpu_indices=[0], engines_per_gpu=0)
+    with pytest.raises(PlacementError, match="2 on each GPU, were asked for, but no GPU was found"):
+        plan_replicas("cuda", engines_per_gpu=2)
+    # the CPU engine shares cores out, not a device: the count does not apply there
+    assert plan_replicas("cpu", cpu_count=8, engines_per_gpu=2) == plan_replicas("cpu", cpu_count=8)
+
+
 def test_cpu_engines_get_cores_of_their_own() -> None:
     two = plan_replicas("cpu", replicas=2, cpu_count=2)
     assert [p.env for p in two] == [{CPU_BIND_ENV: "0"}, {CPU_BIND_ENV: "1"}]

@@ -11,6 +11,19 @@ The rules, each with its reason:
   that is more than is free. We take 90 % (vLLM's own default) unless something else already
   holds memory on the card, then what is free less 1 GiB of margin, so a second engine or a
   desktop session never makes the start fail.
+- **Engines sharing a GPU** (K of them, a profile's ``engines_per_gpu``): each takes
+  ``0.90 / K`` of the card (rounded down to whole hundredths) and is sized for
+  ``ceil(sessions / K)`` sessions — its batch, its context — since the fleet spreads the
+  sessions over the engines evenly. vLLM's start-up check is per process (``free >=
+  utilization x total``), so the K-th engine must pass it while the first K-1 hold theirs.
+  They do: the K shares claim at most 90 % of the card, and at least ``FREE_MARGIN_BYTES``
+  per engine is left besides (the share is lowered where 10 % of the card is less), which
+  covers what each process holds outside vLLM's budget (its CUDA context, ~0.5 GiB). So
+  with ``u`` the share, ``T`` the card and ``c <= margin`` a context, the K-th sees at least
+  ``T - (K-1)(uT + c) - c = uT + [T(1 - Ku) - Kc] >= uT`` free. The host starts them one
+  after another (``engine/host.py``), and each is told how many still start after it:
+  where something else already holds memory, it takes an equal part of what is free for
+  itself and those (less a margin each), so the last one still fits.
 - **Context**: the model's own window, unless the KV cache that fits cannot hold every
   session at that length at once; then the longest length that can (whole 256-token blocks,
   never below 4,096 or the model's window if smaller). An agent fleet keeps every session's
@@ -128,42 +141,78 @@ def batch_for(sessions: int) -> int:
     return int(min(1024, max(16, 2 ** math.ceil(math.log2(want)))))
 
 
+def memory_share(engines_on_device: int, total_bytes: int | None = None) -> float:
+    """Each engine's memory share when ``engines_on_device`` share a GPU of ``total_bytes``:
+    ``0.90 / K``, less where 10 % of the card leaves under ``FREE_MARGIN_BYTES`` per engine
+    (see the module docstring), in whole hundredths rounded down (the flag's own format must
+    not round it up)."""
+    k = max(1, engines_on_device)
+    if k == 1:
+        return DEFAULT_UTILIZATION
+    share = DEFAULT_UTILIZATION / k
+    if total_bytes:
+        share = min(share, (total_bytes - k * FREE_MARGIN_BYTES) / (k * total_bytes))
+    return _hundredths(share)
+
+
+def _hundredths(value: float) -> float:
+    return math.floor(round(100 * value, 6)) / 100
+
+
 def size_engine(model: ModelShape, gpus: Sequence[GpuMemory], *, sessions: int,
-                sequences_per_session: int = 1, model_max_len: int | None = None) -> Sizing:
+                sequences_per_session: int = 1, model_max_len: int | None = None,
+                engines_on_device: int = 1, place: int = 1) -> Sizing:
     """Sizing for a CUDA engine on ``gpus`` (tensor-parallel across all of them when several).
 
     ``model_max_len``: a cap the app already knows (the built-in models' 8k); otherwise the
     model's ``max_position_embeddings``; ``sequences_per_session``: the ``n`` of the sessions'
     requests (the batch holds them all; the context is sized per session, whose sequences
-    share their prompt's blocks). Without GPU facts (no driver here, or a dry run) only the
-    batch is sized and vLLM keeps its own memory and context defaults."""
-    seqs = batch_for(sessions * max(1, sequences_per_session))
+    share their prompt's blocks); ``engines_on_device``: engines sharing these GPUs, this one
+    included, of which this one starts ``place``-th (those before it hold their share
+    already): it takes its share of the memory and of the ``sessions``. Without GPU facts (no
+    driver here, or a dry run) only the batch is sized (and a shared engine's share) and vLLM
+    keeps its own memory and context defaults."""
+    k = max(1, engines_on_device)
+    per_engine = math.ceil(max(1, sessions) / k) if k > 1 else sessions
+    seqs = batch_for(per_engine * max(1, sequences_per_session))
     window = min(filter(None, (model_max_len, model.max_position_embeddings)), default=None)
+    shared = [f"one of {k} engines on its GPU: memory share {{util:.2f}}, sized for {per_engine} of "
+              f"{sessions} sessions"] if k > 1 else []
     if not gpus:
-        return Sizing(seqs, window, None, None, ("no GPU facts: memory share and context left to vLLM",))
+        if k == 1:
+            return Sizing(seqs, window, None, None, ("no GPU facts: memory share and context left to vLLM",))
+        # vLLM's own 90 % would make the second engine's start fail: the share stands
+        util_blind = memory_share(k)
+        return Sizing(seqs, window, util_blind, None,
+                      (*(n.format(util=util_blind) for n in shared), "no GPU facts: context left to vLLM"))
     total = min(g.total_bytes for g in gpus)
     free = min(g.free_bytes for g in gpus)
     notes: list[str] = []
-    util = DEFAULT_UTILIZATION
-    if free < util * total + FREE_MARGIN_BYTES / 2:
-        util = math.floor(100 * (free - FREE_MARGIN_BYTES) / total) / 100
-        notes.append(f"{(total - free) / GIB:.1f} GiB of {total / GIB:.0f} GiB already in use: "
-                     f"memory share {util:.2f} instead of {DEFAULT_UTILIZATION:.2f}")
+    share = memory_share(k, total)
+    util = share
+    left = max(1, k - max(1, place) + 1)  # this engine and the ones that start after it
+    if free < left * (util * total + FREE_MARGIN_BYTES) - FREE_MARGIN_BYTES / 2:
+        util = _hundredths((free - left * FREE_MARGIN_BYTES) / (left * total))
+        held = "already in use" if k == 1 else "in use besides this GPU's engines"
+        notes.append(f"{(total - free) / GIB:.1f} GiB of {total / GIB:.0f} GiB {held}: "
+                     f"memory share {util:.2f} instead of {share:.2f}")
+    notes[:0] = [n.format(util=util) for n in shared]
     weights = (model.weight_bytes or 0) / len(gpus)
     budget = util * total - weights - ACTIVATION_RESERVE_BYTES
     if util <= 0.05 or budget <= 0:
         raise SizingError(
             f"the GPU has {free / GIB:.1f} GiB free of {total / GIB:.0f} GiB; the model's weights "
             f"({weights / GIB:.1f} GiB per GPU) and working memory do not fit"
+            + (f" in a share for each of {k} engines" if k > 1 else "")
         )
     if model.kv_bytes_per_token is None:
         notes.append("KV cache size per token unknown (config.json incomplete): context left to vLLM")
         return Sizing(seqs, window, util, None, tuple(notes))
     kv_tokens = int(budget * len(gpus) // model.kv_bytes_per_token)
     context = window
-    if window is not None and kv_tokens < window * max(1, sessions):
-        fit = kv_tokens // max(1, sessions)
+    if window is not None and kv_tokens < window * max(1, per_engine):
+        fit = kv_tokens // max(1, per_engine)
         context = max(min(window, MIN_CONTEXT), fit - fit % BLOCK_TOKENS)
         notes.append(f"context {context:,} instead of {window:,}: the KV cache ({kv_tokens:,} tokens) "
-                     f"holds {sessions} sessions at that length")
+                     f"holds {per_engine} sessions at that length")
     return Sizing(seqs, context, util, kv_tokens, tuple(notes))
