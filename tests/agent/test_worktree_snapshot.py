@@ -4,12 +4,14 @@ starts without an index, what it leaves out, and what it leaves alone."""
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.agent.conftest import git
 from tests.helpers.racy_git import racily_clean_edit
 from workstation.agent.checkpoints import git as agent_git
-from workstation.agent.worktree_snapshot import GitRun, scratch_index, worktree_tree
+from workstation.agent.worktree_snapshot import GitProbe, GitRun, scratch_index, unignored, worktree_tree
 
 
 def runner(repo: Path) -> GitRun:
@@ -79,3 +81,49 @@ async def test_the_worktrees_own_index_and_files_stay_as_they_are(git_repo: Path
     assert git(git_repo, "cat-file", "-p", f"{tree}:new.txt") == "untracked"
     assert (index.read_bytes(), index.stat().st_mtime_ns, git(git_repo, *status)) == before
     assert {p: p.read_bytes() for p in git_repo.iterdir() if p.is_file()} == files
+
+
+def probe(repo: Path, calls: list[Sequence[str]]) -> GitProbe:
+    async def run(args: Sequence[str], stdin: bytes) -> tuple[int, str]:
+        calls.append(args)
+        done = subprocess.run(["git", "-C", str(repo), *args], input=stdin, capture_output=True)
+        return done.returncode, done.stdout.decode()
+
+    return run
+
+
+def picked_one_by_one(repo: Path, paths: Sequence[str]) -> list[str]:
+    """What review did before: one ``check-ignore -q`` per path, picked where it does not say 0."""
+    return [p for p in paths
+            if subprocess.run(["git", "-C", str(repo), "check-ignore", "-q", "--no-index", p]).returncode != 0]
+
+
+async def test_unignored_answers_as_one_check_per_path_did_in_one_call(git_repo: Path, tmp_path: Path) -> None:
+    (git_repo / ".gitignore").write_text("ign*\n!ign-kept\nbuild/\n*.log\nlater\n!later\n")
+    (git_repo / "build").mkdir()
+    (git_repo / "deps dir").mkdir()
+    links = ["ign0", "ign-kept", "build/cache", "deps dir/mods", "kept", "app.py", "tracked.log", "later",
+             "./ign1", "missing", *(f"l{i}" for i in range(12))]
+    for link in links:
+        if link not in ("app.py", "tracked.log", "missing"):
+            (git_repo / link).symlink_to(tmp_path)
+    (git_repo / "tracked.log").write_text("x\n")
+    git(git_repo, "add", "-f", "tracked.log")  # tracked, and an ignore rule matches it
+    calls: list[Sequence[str]] = []
+    picked = await unignored(probe(git_repo, calls), links)
+    assert picked == picked_one_by_one(git_repo, links)
+    assert picked == ["ign-kept", "deps dir/mods", "kept", "app.py", "later", "missing", *(f"l{i}" for i in range(12))]
+    assert len(calls) == 1
+    assert await unignored(probe(git_repo, calls), ["kept", "l1"]) == ["kept", "l1"]  # none ignored: exit 1
+    assert await unignored(probe(git_repo, calls), ()) == [] and len(calls) == 2
+
+
+async def test_unignored_asks_path_by_path_where_git_stops_at_one(git_repo: Path, tmp_path: Path) -> None:
+    (git_repo / ".gitignore").write_text("ign*\n")
+    for link in ("ign0", "kept", "ign1"):
+        (git_repo / link).symlink_to(tmp_path, target_is_directory=True)
+    links = ["ign0", "kept/", "kept/inside", "ign1", "other"]  # beyond a symbolic link: git gives up (128)
+    calls: list[Sequence[str]] = []
+    assert await unignored(probe(git_repo, calls), links) == picked_one_by_one(git_repo, links) == [
+        "kept/", "kept/inside", "other"]
+    assert len(calls) == 1 + len(links)

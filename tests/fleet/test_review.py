@@ -57,6 +57,35 @@ async def test_diff_sees_an_edit_in_the_second_the_index_was_written(runner: Git
     assert "+bbbb" in d.patch and blob is not None and on_disk.startswith(blob.group(1))
 
 
+async def test_review_asks_git_once_which_shared_links_it_would_pick_up(runner: GitRunner, git_repo: Path,
+                                                                         tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    (git_repo / ".gitignore").write_text("ign*\n")
+    git(git_repo, "add", ".gitignore")
+    git(git_repo, "commit", "-qm", "ignore some caches")
+    ws = await _ws(runner, git_repo, tmp_path, "links")
+    links = tuple(f"ign{i}" if i % 2 else f"cache{i}" for i in range(20))
+    for link in links:
+        (ws.worktree_path / link).symlink_to(tmp_path)
+    ws = Workspace(ws.repo_path, ws.worktree_path, ws.branch, ws.base_branch, ws.start_commit, links)
+    (ws.worktree_path / "app.py").write_text("def add(a, b):\n    return a - b\n")
+    asked: list[tuple[str, ...]] = []
+    run = runner.run
+
+    async def counting(args, **kw):  # type: ignore[no-untyped-def]
+        if args[0] == "check-ignore":
+            asked.append(tuple(args))
+        return await run(args, **kw)
+
+    monkeypatch.setattr(runner, "run", counting)
+    d = await diff_against_base(runner, ws)
+    assert [f.path for f in d.files] == ["app.py"]  # neither the ignored links nor the others
+    assert len(asked) == 1
+    await commit_session(runner, ws, "Subtract")
+    assert git(ws.worktree_path, "show", "--name-only", "--format=", "HEAD").splitlines() == ["app.py"]
+    assert len(asked) == 2  # one for the commit's pathspec
+
+
 async def test_commit_then_merge(runner: GitRunner, git_repo: Path, tmp_path: Path) -> None:
     ws = await _ws(runner, git_repo, tmp_path, "m")
     with pytest.raises(UserError, match="nothing to commit"):

@@ -14,11 +14,13 @@ worktree's own index or files. They do it here, one way:
   starts empty.
 - ``exclude`` leaves paths out (the links and bootstrap files the fleet puts into a session's
   worktree); name only paths git would pick up: naming an ignored one makes ``git add`` fail.
+  :func:`unignored` picks those out of a list, with one ``git check-ignore`` for all.
 
 Git runs through the caller's runner (the agent's ``checkpoints.git``, the fleet's
 ``GitRunner``), given as ``run``: git's arguments and extra environment in, stdout out, an
-exception of the runner's own on failure. File work runs through the caller's ``blocking``
-(the fleet's git threads; inline by default).
+exception of the runner's own on failure; or, where the exit status is an answer, as
+``probe``. File work runs through the caller's ``blocking`` (the fleet's git threads; inline
+by default).
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ GitRun = Callable[[Sequence[str], Mapping[str, str]], Awaitable[str]]
 """Runs ``git args…`` in the worktree with ``GIT_*`` variables added; returns stdout."""
 Blocking = Callable[..., Awaitable[Any]]
 """Runs ``fn(*args)`` (blocking file work) and returns its result."""
+GitProbe = Callable[[Sequence[str], bytes], Awaitable[tuple[int, str]]]
+"""Runs ``git args…`` in the worktree with the bytes on its stdin; returns its exit status and
+stdout, whatever the status (``check-ignore`` answers "none of them" with 1)."""
 
 
 async def inline(fn: Callable[..., Any], *args: Any) -> Any:
@@ -44,6 +49,30 @@ async def inline(fn: Callable[..., Any], *args: Any) -> Any:
 def excluding(paths: Sequence[str] = ()) -> list[str]:
     """The pathspec ``-- . :(exclude)p…``: the whole worktree but ``paths``."""
     return ["--", ".", *(f":(exclude){path}" for path in paths)]
+
+
+async def unignored(probe: GitProbe, paths: Sequence[str]) -> list[str]:
+    """The ``paths`` (relative to the worktree) that no ignore rule matches, in their order:
+    those ``exclude`` may name. The index is not asked (``--no-index``): a tracked path an
+    ignore rule matches counts as ignored.
+
+    One ``git check-ignore --stdin -z`` answers for all of them (a process per path cost
+    review ~5 ms a link, measured). Git stops at a path it cannot answer for (one beyond a
+    symbolic link, such as ``link/``: exit 128); then each path is asked alone, as before,
+    and such a path counts as not ignored."""
+    if not paths:
+        return []
+    status, out = await probe(["check-ignore", "--no-index", "--stdin", "-z"],
+                              b"".join(os.fsencode(path) + b"\0" for path in paths))
+    if status in (0, 1):  # 1: none is ignored
+        ignored = set(out.split("\0"))  # each printed as it was given
+        return [path for path in paths if path not in ignored]
+    picked = []
+    for path in paths:
+        status, _ = await probe(["check-ignore", "-q", "--no-index", "--", path], b"")
+        if status != 0:
+            picked.append(path)
+    return picked
 
 
 @contextlib.asynccontextmanager

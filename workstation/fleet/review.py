@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from workstation.agent.worktree_snapshot import excluding, worktree_tree
+from workstation.agent.worktree_snapshot import excluding, unignored, worktree_tree
 from workstation.core.errors import UserError
 from workstation.fleet.gitproc import GitCommandError, GitRunner
 from workstation.fleet.worktrees import list_worktrees
@@ -87,12 +87,11 @@ class MergeConflict(UserError):
 async def _unignored_links(git: GitRunner, ws: Workspace) -> list[str]:
     """Shared links git would pick up (links inside ignored folders need no exclusion, and
     naming an ignored path makes ``git add`` fail)."""
-    out = []
-    for link in ws.shared_links:
-        ignored = await git.run(["check-ignore", "-q", "--no-index", link], cwd=ws.worktree_path, check=False)
-        if not ignored.ok:
-            out.append(link)
-    return out
+    async def probe(args: Sequence[str], stdin: bytes) -> tuple[int, str]:
+        res = await git.run(args, cwd=ws.worktree_path, check=False, stdin_bytes=stdin)
+        return res.returncode, res.stdout
+
+    return await unignored(probe, ws.shared_links)
 
 
 async def _pathspec(git: GitRunner, ws: Workspace) -> list[str]:
