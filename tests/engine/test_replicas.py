@@ -124,3 +124,37 @@ def test_cpu_replicas_are_bound_apart(tmp_path: Path) -> None:
     assert host.launcher.environment()[CPU_BIND_ENV] == "0"  # type: ignore[union-attr]
     assert replica.environment()[CPU_BIND_ENV] == "1"  # type: ignore[attr-defined]
     assert replica.name == "managed:smollm2@cpu1" and replica.requested_port == 0  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def one_h200(monkeypatch: pytest.MonkeyPatch) -> FakeNvml:
+    fake = FakeNvml([device(uuid="GPU-0", memory=(1 * GIB, 143 * GIB, 0))])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    return fake
+
+
+def test_two_engines_on_one_h200_each_get_half_the_memory_share_and_half_the_sessions(
+        tmp_path: Path, one_h200: FakeNvml) -> None:
+    made = _launchers(tmp_path, "cuda")
+    launchers = Launchers(made.settings, made.install, made.model, sequences_per_session=6)  # guided, n=6
+    plans = plan_replicas("cuda", gpu_indices=[g.index for g in read_gpu_memory()], engines_per_gpu=2)
+    host = EngineHost(launchers=launchers, replicas=plans)
+    engines: list[EngineLauncher] = [host.launcher, *host.replicas]  # type: ignore[list-item]
+    assert host.names() == ["managed:smollm2", "managed:smollm2@gpu0#2"]
+    for engine in engines:
+        assert "CUDA_VISIBLE_DEVICES" not in engine.extra_env  # the machine's only GPU
+        engine.sizing = engine.size()
+        flags = split_flags(engine.command()[engine.command().index("serve") + 2:])
+        # 32 sessions over 2 engines: 16 each, of 6 drafts: 96 sequences -> a batch of 256
+        assert flags["--gpu-memory-utilization"] == ["0.45"] and flags["--max-num-seqs"] == ["256"]
+        assert engine.sizing.notes[0] == "one of 2 engines on its GPU: memory share 0.45, sized for 16 of 32 sessions"
+    # a profile that leaves the memory share to vLLM still gets it: vLLM's 90 % would fail the second
+    def flags_of(engine: EngineLauncher) -> dict[str, list[str]]:
+        engine.sizing = engine.size()
+        return split_flags(engine.command()[engine.command().index("serve") + 2:])
+
+    assert flags_of(launchers("vllm-defaults", engines_on_device=2, place=2))["--gpu-memory-utilization"] == ["0.45"]
+    # the user's own extra arguments still win
+    own = launchers("vllm-defaults", engines_on_device=2, extra_args=["--gpu-memory-utilization", "0.40"])
+    assert flags_of(own)["--gpu-memory-utilization"] == ["0.40"]
+    assert "--gpu-memory-utilization" not in flags_of(launchers("vllm-defaults"))  # one engine: vLLM's choice

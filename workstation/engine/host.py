@@ -16,6 +16,14 @@ besides the live one, so the fleet routes sessions to it and the meters scrape i
 replica that dies is not restarted here: the fleet drains it and moves its sessions
 (``fleet/failover.py``). A safe switch replaces the live engine only.
 
+Engines that share a GPU (a profile's ``engines_per_gpu``) start one after another: vLLM
+sizes its KV cache by profiling the memory of the whole device, so another process
+allocating on it at the same time corrupts that (or fails the start with "Error in memory
+profiling"). The live engine starts first, so sessions can start as soon as it serves; the
+others join as each becomes ready, the engines of other GPUs alongside. A restart with a
+profile that places the engines otherwise (another engine count) builds the engines anew
+from the host's ``layout``.
+
 :class:`Launchers` is the one place a managed engine is made from the settings: the live one,
 a switch's new one, the tuning lab's trial engines, the benchmarks'.
 """
@@ -43,6 +51,14 @@ from workstation.engine.models import ModelSpec
 log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
+
+
+def _sharing(plan: ReplicaPlan) -> dict[str, int]:
+    """What a launcher is told of the engines sharing its GPU (nothing for one alone, so a
+    factory that knows no sharing still makes it)."""
+    if plan.engines_on_device == 1:
+        return {}
+    return {"engines_on_device": plan.engines_on_device, "place": plan.place}
 
 
 class Launchers:
@@ -75,13 +91,15 @@ class Launchers:
                  port: int | None = None, log_dir: Path | None = None, log_subdir: str = "",
                  sessions: int | None = None, gpu_memory: Callable[[], list[Any]] | None = None,
                  extra_args: list[str] | None = None, name: str | None = None,
-                 add_args: tuple[str, ...] | list[str] = ()) -> EngineLauncher:
+                 add_args: tuple[str, ...] | list[str] = (), engines_on_device: int = 1,
+                 place: int = 1) -> EngineLauncher:
         """An engine with ``profile`` (default: the settings'), extra ``env``, ``port`` (None:
         the settings'; 0: a free one), its log in ``log_dir`` (default: the logs folder, or
         ``log_subdir`` inside it); ``sessions``, ``gpu_memory``, ``extra_args`` and ``name`` as
         :class:`EngineLauncher` takes them (the sizing of a CUDA profile, a trial's flags, a
         replica's endpoint name); ``add_args`` come after the settings' (a replica's tensor
-        parallelism)."""
+        parallelism); ``engines_on_device`` and ``place``: an engine sharing its GPU with
+        others, and which of them it starts (its memory and session share)."""
         if log_dir is None and log_subdir:
             log_dir = self.settings.logs_dir / log_subdir
         if add_args:
@@ -89,7 +107,8 @@ class Launchers:
         return EngineLauncher(self.settings, self.install, self.model, log_dir=log_dir, profile=profile,
                               port=port, env=dict(env or {}), sessions=sessions,
                               sequences_per_session=self.sequences_per_session, gpu_memory=gpu_memory,
-                              extra_args=extra_args, name=name)
+                              extra_args=extra_args, name=name, engines_on_device=engines_on_device,
+                              place=place)
 
 
 class ManagedEngine(Protocol):
@@ -121,7 +140,13 @@ class ManagedEngine(Protocol):
 
 LauncherFactory = Callable[..., ManagedEngine]
 """``factory(profile=None, env=None, *, port=None, log_subdir="")``: a new managed engine
-(:class:`Launchers`, or a test's stand-in)."""
+(:class:`Launchers`, or a test's stand-in); an engine sharing its GPU gets
+``engines_on_device`` and ``place`` too."""
+
+Layout = Callable[[Any], Sequence[ReplicaPlan]]
+"""``layout(profile)``: where each managed engine runs under that profile (a name or a
+:class:`Profile`), first the live one; blocking (it may read the GPUs and the saved
+profiles), run in a worker thread."""
 
 
 class EngineHost:
@@ -142,33 +167,73 @@ class EngineHost:
 
     def __init__(self, *, launchers: LauncherFactory | None = None, external: Endpoint | None = None,
                  profile: str | Profile | None = None, replicas: Sequence[ReplicaPlan] = (),
-                 extra: Sequence[Endpoint] = ()) -> None:
+                 extra: Sequence[Endpoint] = (), layout: Layout | None = None) -> None:
         """``replicas``: where each managed engine runs (the first is the live one; more than
-        one plan makes replicas); ``extra``: external endpoints served besides."""
+        one plan makes replicas); ``extra``: external endpoints served besides; ``layout``:
+        the plans under another profile (a restart with a profile that places its engines
+        otherwise rebuilds them; None: the plans stay)."""
         if (launchers is None) == (external is None):
             raise ValueError("an engine host holds a managed engine or an external endpoint")
         self.launchers = launchers
         self.external = external
         self.extra = tuple(extra)
         self.detail = ""
+        self._layout = layout
         self._launcher: ManagedEngine | None = None
         self._published: Endpoint | None = None
         self._replicas: list[ManagedEngine] = []
+        self._plans: tuple[ReplicaPlan, ...] = tuple(replicas)
+        self._replica_plans: dict[int, ReplicaPlan] = {}
+        self._replica_handlers: list[tuple[ManagedEngine, Callable[..., None]]] = []
         if launchers is not None:
-            first = replicas[0] if replicas else None
-            if first is None or (not first.env and not first.args):
-                self._wire(launchers(profile))
-            else:
-                self._wire(launchers(profile, first.env, add_args=first.args))
-            base = getattr(self._launcher, "name", "managed")
-            for plan in replicas[1:]:
-                replica = launchers(profile, plan.env, port=0, log_subdir=f"engine{plan.suffix}",
-                                    add_args=plan.args, name=f"{base}{plan.suffix}")
-                replica.state_changed.connect(functools.partial(self._on_replica_state, replica))
-                self._replicas.append(replica)
-        names = self.names()
+            self._take(*self._make(profile, self._plans))
+
+    def _make(self, profile: str | Profile | None, plans: Sequence[ReplicaPlan]
+              ) -> tuple[ManagedEngine, list[tuple[ManagedEngine, ReplicaPlan]]]:
+        """The live engine and its replicas for ``plans`` (the first is the live one), made,
+        not started; names checked."""
+        launchers = self.launchers
+        assert launchers is not None
+        first = plans[0] if plans else None
+        if first is None or (not first.env and not first.args and first.engines_on_device == 1):
+            live = launchers(profile)
+        else:
+            live = launchers(profile, first.env, add_args=first.args, **_sharing(first))
+        base = getattr(live, "name", "managed")
+        replicas = [(launchers(profile, plan.env, port=0, log_subdir=f"engine{plan.suffix}", add_args=plan.args,
+                               name=f"{base}{plan.suffix}", **_sharing(plan)), plan) for plan in plans[1:]]
+        names = [base, *(getattr(r, "name", "replica") for r, _ in replicas), *(e.name for e in self.extra)]
         if len(set(names)) != len(names):
             raise UserError(f"engine endpoint names must be unique: {', '.join(names)}")
+        return live, replicas
+
+    def _take(self, live: ManagedEngine, replicas: list[tuple[ManagedEngine, ReplicaPlan]]) -> None:
+        self._wire(live)
+        for replica, plan in replicas:
+            handler = functools.partial(self._on_replica_state, replica)
+            replica.state_changed.connect(handler)
+            self._replicas.append(replica)
+            self._replica_plans[id(replica)] = plan
+            self._replica_handlers.append((replica, handler))
+
+    @property
+    def plans(self) -> tuple[ReplicaPlan, ...]:
+        """Where each managed engine runs now, the live one first (empty: one engine as vLLM
+        places it)."""
+        return self._plans
+
+    @property
+    def shares_devices(self) -> bool:
+        """Whether some of these engines share a GPU (a profile's ``engines_per_gpu``)."""
+        return any(plan.engines_on_device > 1 for plan in self._plans)
+
+    async def plans_for(self, profile: str | Profile | None) -> tuple[ReplicaPlan, ...]:
+        """Where the engines would run under ``profile`` (the host's ``layout``; without one,
+        or without a profile, where they run now). A placement that cannot work is a
+        ``UserError``."""
+        if self._layout is None or profile is None:
+            return self._plans
+        return tuple(await asyncio.to_thread(self._layout, profile))
 
     # ----- what serves -----
     @property
@@ -221,7 +286,13 @@ class EngineHost:
 
     # ----- control -----
     async def start(self, profile: str | Profile | None = None, progress: Progress | None = None) -> Endpoint:
-        """Start the managed engine (with ``profile``, when given); the external endpoint as is."""
+        """Start the managed engines (with ``profile``, when given: where it places them
+        otherwise, they are made anew first); the external endpoint as is."""
+        if self.external is None and profile is not None and not self._running():
+            self._relayout(profile, await self.plans_for(profile), progress)
+        return await self._start(profile, progress)
+
+    async def _start(self, profile: str | Profile | None, progress: Progress | None) -> Endpoint:
         if self.external is not None:
             self._publish()
             self._announce_extra()
@@ -240,19 +311,30 @@ class EngineHost:
         self._announce_extra()
         return launcher.endpoint
 
+    def _running(self) -> bool:
+        return any(engine.alive() for engine in (self._launcher, *self._replicas) if engine is not None)
+
     async def _start_replicas(self, progress: Progress | None) -> None:
-        """Start the replicas together; one that fails is logged and left out (the others
-        serve)."""
+        """Start the replicas: those of other GPUs together, those sharing a GPU one after
+        another (the live engine's GPU-mates after it); one that fails is logged and left
+        out (the others serve)."""
         for replica in self._replicas:
             replica.profile = self._require_launcher().profile
-        results = await asyncio.gather(*(r.start(progress) for r in self._replicas), return_exceptions=True)
-        for replica, result in zip(self._replicas, results):
-            if isinstance(result, BaseException):
-                if not isinstance(result, Exception):
-                    raise result
-                log.warning("engine replica %s did not start: %s", getattr(replica, "name", "?"), result)
+        chains: dict[object, list[ManagedEngine]] = {}  # the engines of one GPU group start in turn
+        for replica in self._replicas:
+            plan = self._replica_plans[id(replica)]
+            key = ("gpus", plan.gpus) if plan.engines_on_device > 1 and plan.gpus else ("alone", id(replica))
+            chains.setdefault(key, []).append(replica)
+        await asyncio.gather(*(self._start_in_turn(chain, progress) for chain in chains.values()))
+
+    async def _start_in_turn(self, chain: Sequence[ManagedEngine], progress: Progress | None) -> None:
+        for replica in chain:
+            try:
+                await replica.start(progress)
+            except Exception as exc:  # noqa: BLE001 - the others serve; the fleet routes around it
+                log.warning("engine replica %s did not start: %s", getattr(replica, "name", "?"), exc)
                 if progress is not None:
-                    progress(f"replica {getattr(replica, 'name', '?')} did not start: {str(result).splitlines()[0]}")
+                    progress(f"replica {getattr(replica, 'name', '?')} did not start: {str(exc).splitlines()[0]}")
 
     def _announce_extra(self) -> None:
         for endpoint in self.extra:
@@ -275,10 +357,44 @@ class EngineHost:
                 self._publish()
 
     async def restart(self, profile: str | Profile | None = None, progress: Progress | None = None) -> Endpoint:
+        """Stop every engine and start them again (with ``profile``, when given). Where that
+        profile places the engines otherwise (another ``engines_per_gpu``), they are made
+        anew for its plans: the live one keeps its name, engines no longer planned stay
+        stopped (the fleet moves their sessions), new ones join when ready."""
         if self.external is not None:
             return self.external
+        # planned before anything stops: a placement that cannot work stops nothing
+        plans = await self.plans_for(profile)
+        made = self._make(profile, plans) if plans != self._plans else None
         await self.stop()
-        return await self.start(profile, progress)
+        if made is not None:
+            self._rebuild(plans, made, progress)
+        return await self._start(profile, progress)
+
+    def _relayout(self, profile: str | Profile | None, plans: Sequence[ReplicaPlan],
+                  progress: Progress | None) -> None:
+        if plans != self._plans:
+            self._rebuild(plans, self._make(profile, plans), progress)
+
+    def _rebuild(self, plans: Sequence[ReplicaPlan],
+                 made: tuple[ManagedEngine, list[tuple[ManagedEngine, ReplicaPlan]]],
+                 progress: Progress | None) -> None:
+        """Serve with the engines ``made`` for ``plans`` from now on (the old ones are stopped)."""
+        old_names = self.names()
+        for replica, handler in self._replica_handlers:
+            replica.state_changed.disconnect(handler)
+        self._replicas, self._replica_plans, self._replica_handlers = [], {}, []
+        self._unwire()
+        self._plans = tuple(plans)
+        self._take(*made)
+        engines = [getattr(self._launcher, "name", "managed"), *(getattr(r, "name", "replica") for r in self._replicas)]
+        log.info("engines: %s now (were %s)", ", ".join(engines), ", ".join(old_names))
+        if progress is not None:
+            where = [f"{name} on {plan.where}" for name, plan in zip(engines, self._plans)] or engines
+            progress(f"engines now: {', '.join(where)}")
+        launcher = self._launcher
+        assert launcher is not None
+        self.launcher_changed.emit(launcher)
 
     # ----- a switch -----
     def new_launcher(self, profile: str | Profile | None, env: Mapping[str, str] | None = None) -> ManagedEngine:

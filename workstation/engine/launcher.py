@@ -8,7 +8,9 @@
 - Errors the user can act on are :class:`EngineStartError` with the last log lines.
 - The profile's flags are resolved for the engine's platform; on CUDA its sized values
   (batch, context, memory share) come from the model's config and the GPU's free memory,
-  read once before the start (``core/engine_sizing.py``).
+  read once before the start (``core/engine_sizing.py``). An engine that shares its GPU with
+  others (``engines_on_device``) always gets its memory share, whatever the profile asks:
+  vLLM's own 90 % would make the next engine's start fail.
 - The user's own ``VLLM_*`` variables reach the engine, except where the app or the profile
   sets the same one; the engine log says which value won.
 - LoRA is on where adapters are configured (``engine.lora_dir``, ``engine.lora_runtime``:
@@ -153,12 +155,16 @@ class EngineLauncher:
         sessions: int | None = None,
         sequences_per_session: int = 1,
         name: str | None = None,
+        engines_on_device: int = 1,
+        place: int = 1,
     ) -> None:
         """``gpu_memory``: reads the engine's GPUs' memory before a CUDA start (default: one
         NVML read of the GPUs its ``CUDA_VISIBLE_DEVICES`` shows it); ``sessions``: how many
         sessions the sizing plans for (default: the fleet's ``max_generating``), each with a
         request of ``sequences_per_session`` sequences in flight (the guided protocol's n); ``name``:
-        its endpoint's name (default ``managed:<model>``; several engines need one each)."""
+        its endpoint's name (default ``managed:<model>``; several engines need one each);
+        ``engines_on_device``: engines sharing this one's GPUs, itself included, of which it
+        starts ``place``-th (its share of their memory and of the sessions)."""
         self.settings = settings
         self.engine = engine
         self.model = model
@@ -176,6 +182,8 @@ class EngineLauncher:
         self.sessions = sessions if sessions is not None else settings.fleet.max_generating
         self.sequences_per_session = max(1, sequences_per_session)
         self.name = name or f"managed:{model.served_name}"
+        self.engines_on_device = max(1, engines_on_device)
+        self.place = max(1, place)
         self._gpu_memory = gpu_memory
         self.sizing: Sizing | None = None
         """What the last start sized (CUDA only)."""
@@ -244,7 +252,8 @@ class EngineLauncher:
         shape = ModelShape.from_config(self.model.config_json, weight_bytes=weights)
         try:
             return size_engine(shape, gpus[:tp], sessions=self.sessions, sequences_per_session=self.sequences_per_session,
-                               model_max_len=self.model.max_model_len)
+                               model_max_len=self.model.max_model_len, engines_on_device=self.engines_on_device,
+                               place=self.place)
         except SizingError as exc:
             raise EngineStartError(str(exc), hint="stop what else uses the GPU, or serve a smaller model") from None
 
@@ -265,7 +274,11 @@ class EngineLauncher:
         if self.engine.platform == "cpu":
             base += ["--kv-cache-memory-bytes", str(cpu_kv_cache_bytes(self.settings.engine.kv_cache_gib))]
         base += self.lora_args()
-        args = apply_changes(apply_changes(base, profile_args), self.extra_args)
+        args = apply_changes(base, profile_args)
+        share = values.get("gpu_memory_utilization")
+        if self.engines_on_device > 1 and share is not None:  # over the profile's; the user's extra args still win
+            args = apply_changes(args, ["--gpu-memory-utilization", share])
+        args = apply_changes(args, self.extra_args)
         return [*self.engine.vllm_argv, "serve", self.model.source, *args]
 
     def adapters(self) -> tuple[Adapter, ...]:
