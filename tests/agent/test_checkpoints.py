@@ -44,6 +44,29 @@ async def test_ignored_files_are_not_checkpointed(git_repo: Path) -> None:
     assert "noise.log" not in git(git_repo, "ls-tree", "-r", "--name-only", cp.commit)
 
 
+async def test_the_environment_the_fleet_put_there_is_not_checkpointed(git_repo: Path, tmp_path: Path) -> None:
+    (tmp_path / "cache").mkdir()
+    (git_repo / ".gitignore").write_text(".venv\nbuild/\n")
+    (git_repo / "build").mkdir()
+    for link in (".venv", "node_modules", "build/cache"):  # ignored, picked up, inside an ignored folder
+        (git_repo / link).symlink_to(tmp_path / "cache", target_is_directory=True)
+    (git_repo / ".env").write_text("KEY=1\n")  # a bootstrap copy
+    environment = (".venv", "node_modules", "build/cache", ".env")
+    store = CheckpointStore(git_repo, "s", exclude=environment)
+    start = await store.create("session start", 1)
+    (git_repo / "new.py").write_text("x = 1\n")
+    (git_repo / ".env").write_text("KEY=2\n")
+    cp = await store.create("edit", 3)
+    assert start is not None and cp is not None
+    for commit in (start.commit, cp.commit):
+        files = git(git_repo, "ls-tree", "-r", "--name-only", commit).splitlines()
+        assert not set(files) & {*environment, "node_modules"}, files
+    assert "new.py" in git(git_repo, "ls-tree", "-r", "--name-only", cp.commit)
+    await store.restore_files(start.commit, 4)  # the environment stays as it is
+    assert not (git_repo / "new.py").exists() and (git_repo / ".env").read_text() == "KEY=2\n"
+    assert all((git_repo / link).is_symlink() for link in (".venv", "node_modules", "build/cache"))
+
+
 async def test_restore_files_brings_back_changed_deleted_and_removes_created(git_repo: Path) -> None:
     store = CheckpointStore(git_repo, "s")
     start = await store.create("session start", 2)

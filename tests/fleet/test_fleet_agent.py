@@ -9,7 +9,8 @@ from pathlib import Path
 
 from tests.fleet.agent_script import STEPS, make_responder
 from tests.helpers.prerequisites import needs_bwrap
-from tests.helpers.scripted_server import ScriptedServer
+from tests.fleet.conftest import git
+from tests.helpers.scripted_server import Reply, ScriptedServer, ToolCall
 from workstation.core.fleet_events import GenerationSlotsChanged
 from workstation.core.session_state import SessionState as S
 from workstation.engine.http import make_http_client
@@ -200,3 +201,42 @@ async def test_a_follow_up_to_a_working_session_reaches_its_model(tmp_path: Path
         messages = await _check_history(fleet, s.session_id)
         assert any(m["role"] == "user" and "mention the token twice" in str(m["content"]) for m in messages)
         await fleet.aclose()
+
+
+def _note_then_done(body: dict, n: int) -> Reply:
+    step = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
+    calls = [ToolCall("write_to_file", {"path": "note.txt", "content": "noted\n"}),
+             ToolCall("attempt_completion", {"result": "noted"})]
+    return Reply(text="", tool_calls=[calls[min(step, 1)]])
+
+
+async def test_checkpoints_leave_out_the_environment_the_fleet_put_into_the_worktree(
+        tmp_path: Path, git_repo: Path) -> None:
+    cache = git_repo / "models"  # a read-only cache no ignore rule matches: git would pick its link up
+    cache.mkdir()
+    (cache / "weights.bin").write_text("w")
+    (git_repo / ".env").write_text("KEY=1\n")
+    for p in [cache, *cache.rglob("*")]:
+        p.chmod(p.stat().st_mode & ~0o222)
+    try:
+        async with ScriptedServer(responder=_note_then_done) as server, make_http_client() as http:
+            fleet = Fleet(data_dir=tmp_path / "data", endpoints=[server.endpoint],
+                          agent_factory=real_agent_factory(http, prime=False), http=http)
+            await fleet.start()
+            (s,) = await fleet.create_sessions(
+                SessionSpec(task="take a note", repo=str(git_repo), name="env", auto_approve=("all",),
+                            headless=True, shared_links=("models",), copy_files=(".env",)), 1, start=True)
+            await asyncio.wait_for(fleet.wait_settled(), 60)
+            assert fleet.summary(s.session_id).state is S.DONE, fleet.summary(s.session_id).error
+            wt = Path(s.worktree_path)
+            assert (wt / "models").is_symlink() and (wt / ".env").is_file()
+            checkpoints = await fleet.checkpoints(s.session_id)
+            assert checkpoints
+            for cp in checkpoints:
+                files = git(wt, "ls-tree", "-r", "--name-only", cp.commit_sha).splitlines()
+                assert "models" not in files and ".env" not in files, files
+            assert "note.txt" in files
+            await fleet.aclose()
+    finally:
+        for p in [cache, *cache.rglob("*")]:
+            p.chmod(p.stat().st_mode | 0o200)

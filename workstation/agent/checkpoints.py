@@ -4,7 +4,10 @@
 temporary index (``worktree_snapshot``), so neither the user's branch, the session's ``ws/…``
 branch, the user's index nor the working tree is touched. Each commit message carries the
 length of the agent's message history at that moment (a ``Workstation-Message-Index``
-trailer), so the conversation can be restored with the files.
+trailer), so the conversation can be restored with the files. What the fleet put into the
+worktree besides git's files (``exclude``: its shared links and bootstrap files) is the
+session's environment, not its work: it stays out of every checkpoint (and a restore to
+one leaves it alone).
 
 Git runs as short-lived subprocesses (GitPython leaks helpers in long-running processes),
 bounded per event loop, killed with their process group when the caller is cancelled.
@@ -18,10 +21,11 @@ import os
 import re
 import signal
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from workstation.agent.worktree_snapshot import scratch_index, worktree_tree
+from workstation.agent.worktree_snapshot import scratch_index, unignored, worktree_tree
 
 INDEX_TRAILER = "Workstation-Message-Index"
 GIT_TIMEOUT_S = 120.0
@@ -65,6 +69,22 @@ async def git(
     input_bytes: bytes | None = None,
 ) -> str:
     """Run ``git -C cwd args…``; returns stdout (stripped of the final newline)."""
+    returncode, out, err = await _run(cwd, args, env, input_bytes)
+    if check and returncode != 0:
+        detail = err.decode(errors="replace").strip().splitlines()
+        raise CheckpointError(f"git {args[0]} failed: {detail[-1] if detail else returncode}")
+    return out.decode(errors="replace").rstrip("\n")
+
+
+async def git_probe(cwd: Path, args: Sequence[str], input_bytes: bytes) -> tuple[int, str]:
+    """Run ``git -C cwd args…`` with ``input_bytes`` on stdin; returns its exit status and
+    stdout as they are (a ``worktree_snapshot.GitProbe``)."""
+    returncode, out, _ = await _run(cwd, tuple(args), None, input_bytes)
+    return returncode, out.decode(errors="replace")
+
+
+async def _run(cwd: Path, args: Sequence[str], env: dict[str, str] | None,
+               input_bytes: bytes | None) -> tuple[int, bytes, bytes]:
     loop = asyncio.get_running_loop()
     sem = _limits.get(loop)
     if sem is None:
@@ -83,18 +103,17 @@ async def git(
             with contextlib.suppress(Exception):
                 await asyncio.shield(proc.wait())
             raise
-    if check and proc.returncode != 0:
-        detail = err.decode(errors="replace").strip().splitlines()
-        raise CheckpointError(f"git {args[0]} failed: {detail[-1] if detail else proc.returncode}")
-    return out.decode(errors="replace").rstrip("\n")
+    return proc.returncode if proc.returncode is not None else -1, out, err
 
 
 class CheckpointStore:
-    """Checkpoint commits of one session in the repository that holds ``root``."""
+    """Checkpoint commits of one session in the repository that holds ``root``; ``exclude``:
+    paths (relative to the repository's top) its checkpoints leave out, ignored ones or not."""
 
-    def __init__(self, root: str | os.PathLike[str], session_id: str) -> None:
+    def __init__(self, root: str | os.PathLike[str], session_id: str, *, exclude: Sequence[str] = ()) -> None:
         self.root = Path(root)
         self.session_id = session_id
+        self.exclude = tuple(exclude)
         self.ref = ref_for(session_id)
         self._top: Path | None = None
         self._available: bool | None = None
@@ -129,7 +148,10 @@ class CheckpointStore:
             top = self._top
             assert top is not None
             parent = await self.latest() or await self._head()
-            tree = await worktree_tree(lambda args, env: git(top, *args, env=dict(env)))
+            # asked each time: the agent may change the ignore rules (an ignored path named
+            # in the pathspec makes ``git add`` fail, one left unnamed is left out anyway)
+            exclude = await unignored(lambda args, stdin: git_probe(top, args, stdin), self.exclude)
+            tree = await worktree_tree(lambda args, env: git(top, *args, env=dict(env)), exclude=exclude)
             if parent is not None and not force:
                 parent_tree = await git(self._top, "rev-parse", parent + "^{tree}")
                 if parent_tree == tree and await self.latest() is not None:

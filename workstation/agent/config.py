@@ -79,6 +79,10 @@ class AgentConfig:
     list_max_entries: int = 400
     checkpoints: bool = True
     """Commit every change to a private ref (needs a git repository)."""
+    environment_paths: tuple[str, ...] = ()
+    """Paths (relative to the worktree's top) the fleet put there besides git's files: its
+    shared links and bootstrap files (``SessionSpec.environment_paths``), the session's
+    environment and not its work, so checkpoints leave them out."""
     max_retries: int = 3
     """Retries of a model turn after a retryable engine error (429/5xx, broken stream)."""
     retry_backoff_s: float = 1.0

@@ -82,7 +82,8 @@ class Agent:
         self._approver = approver
         self._toolbox = Toolbox(self.jail, self.config)
         self.checkpoints: CheckpointStore | None = (
-            CheckpointStore(self.root, session_id) if self.config.checkpoints else None
+            CheckpointStore(self.root, session_id, exclude=self.config.environment_paths)
+            if self.config.checkpoints else None
         )
         self._calls = ToolCallRunner(
             session_id, self.config, self._toolbox, self.checkpoints, approver, emit=self._emit,

@@ -224,6 +224,7 @@ class real_agent_factory:  # noqa: N801 - used like a function: real_agent_facto
             rules=spec.rules and self.app_rules, rules_files=tuple(spec.rules_files), rules_root=str(setup.root),
             mcp_servers=merge_servers(self.app_mcp_servers, servers_from_json(spec.mcp_servers)),
             takes_images=takes_images, model_parameters=self._sizes[setup.endpoint.name],
+            environment_paths=spec.environment_paths,
         )
         if spec.max_steps is not None:
             fields["max_turns"] = spec.max_steps

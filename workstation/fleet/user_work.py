@@ -192,7 +192,7 @@ async def changed_files(git: GitRunner, rec: SessionRecord, worktree: Path,
     if now == base:
         return []
     # the environment the fleet put there (shared links, bootstrap files) is left out of the
-    # comparison, not of the tree: a checkpoint holds what git does not ignore, links included
+    # comparison, not of the tree: checkpoints leave it out, but HEAD and older checkpoints may hold it
     environment = excluding(rec.spec.environment_paths) if rec.spec.environment_paths else []
     out = (await git.run(["diff-tree", "-r", "-z", "--no-renames", "--name-status", base, now, *environment],
                          cwd=worktree)).stdout
