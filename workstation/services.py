@@ -43,7 +43,7 @@ from workstation.core.cost import ApiPrice
 from workstation.core.endpoints import Endpoint
 from workstation.core.engine_sizing import GpuMemory
 from workstation.core.errors import UserError
-from workstation.core.profiles import Profile
+from workstation.core.profiles import PRESETS, Profile, engine_count
 from workstation.core.replicas import PlacementError, ReplicaPlan, plan_replicas
 from workstation.core.requests import OpenRequests
 from workstation.core.traffic import TrafficShape
@@ -81,6 +81,8 @@ class Services:
         self._owns_http = http is None
         self._engine = engine
         self._launchers: dict[str | None, Launchers] = {}
+        self._gpu_indices: list[int] | None = None
+        """The GPUs NVML lists, read once for the engines' placement."""
         self._fleets: list[Fleet] = []
         self._meters: list[Meters] = []
         self._tuners: list[ScreeningTuner] = []
@@ -146,7 +148,8 @@ class Services:
     async def engine(self, *, url: str | None = None, api_key: str = "", model: str | None = None,
                      profile: str | None = None) -> EngineHost:
         """The live engine's owner, made once: the endpoint at ``url`` (or the settings'
-        external one), else the managed engine with ``model`` and ``profile``."""
+        external one), else the managed engines with ``model`` and ``profile`` (a preset or
+        one of the user's saved profiles), placed as :meth:`engine_layout` says."""
         if self._engine is not None:
             return self._engine
         from workstation.engine.acquire import external_endpoint
@@ -159,28 +162,66 @@ class Services:
             host = EngineHost(external=await external_endpoint(url, key, model or es.external_model), extra=extra)
         else:
             launchers = self.launchers(model=model)
-            host = EngineHost(launchers=launchers, profile=profile or es.profile, extra=extra,
-                              replicas=await self._replica_plans(launchers.install.platform))
+            platform = launchers.install.platform
+            chosen = await asyncio.to_thread(self.engine_profile, profile or es.profile, platform)
+            layout = functools.partial(self.engine_layout, platform)
+            host = EngineHost(launchers=launchers, profile=chosen, extra=extra,
+                              replicas=await asyncio.to_thread(layout, chosen), layout=layout)
         self._engine = host
         self._follow_engine(host)
         return host
 
-    async def _replica_plans(self, platform: str) -> list[ReplicaPlan]:
-        """Where each managed engine runs (``engine.replicas``, ``gpus_per_engine``), from the
-        GPUs NVML lists (read off the loop) or the CPU count."""
+    def engine_profile(self, name: str | Profile, platform: str) -> str | Profile:
+        """The profile a managed engine runs: a preset by its name (the launcher knows the
+        presets), one of the user's saved profiles folded with its ancestry for ``platform``
+        (what the Tuning dock's switch runs too); an unknown name is a ``UserError``. Blocking
+        (reads the saved profiles)."""
+        if isinstance(name, Profile) or name in PRESETS:
+            return name
+        from workstation.tuning.store import TuningStore
+
+        profile, _ = TuningStore(self.settings.data_dir).resolve(name, platform=platform)
+        return profile
+
+    def engine_layout(self, platform: str, profile: str | Profile | None) -> list[ReplicaPlan]:
+        """Where each managed engine runs under ``profile``: ``engine.replicas`` GPU groups of
+        ``engine.gpus_per_engine`` GPUs, each with the profile's ``engines_per_gpu`` engines
+        (GPU platforms only: the CPU engine shares out cores), from the GPUs NVML lists (read
+        once) or the CPU count; empty for one engine as vLLM places it. Blocking (NVML, the
+        saved profiles): the engine host calls it in a worker thread."""
         es = self.settings.engine
-        if es.replicas == 1 and es.gpus_per_engine == 1:
+        engines = self._engines_per_gpu(profile, platform)
+        if es.replicas == 1 and es.gpus_per_engine == 1 and engines == 1:
             return []
         gpus: list[int] = []
         if platform != "cpu":
-            from workstation.engine.gpu_memory import read_gpu_memory
+            if self._gpu_indices is None:
+                from workstation.engine.gpu_memory import read_gpu_memory
 
-            gpus = [g.index for g in await asyncio.to_thread(read_gpu_memory)]
+                self._gpu_indices = [g.index for g in read_gpu_memory()]
+            gpus = self._gpu_indices
         try:
             return plan_replicas(platform, replicas=es.replicas, gpus_per_engine=es.gpus_per_engine,
-                                 gpu_indices=gpus, cpu_count=os.cpu_count() or 1)
+                                 gpu_indices=gpus, cpu_count=os.cpu_count() or 1, engines_per_gpu=engines)
         except PlacementError as exc:
-            raise UserError(str(exc), hint="lower engine.replicas or engine.gpus_per_engine") from None
+            hint = "lower engine.replicas or engine.gpus_per_engine"
+            if engines > 1:
+                hint = f"choose a profile with one engine on each GPU, or {hint}"
+            raise UserError(str(exc), hint=hint) from None
+
+    def _engines_per_gpu(self, profile: str | Profile | None, platform: str) -> int:
+        """The profile's ``engines_per_gpu``, through its ancestry (presets and saved profiles)."""
+        if platform == "cpu":
+            return 1
+        chosen = profile if profile is not None else self.settings.engine.profile
+        if isinstance(chosen, str) and chosen in PRESETS:
+            return engine_count(PRESETS[chosen], PRESETS, platform=platform)
+        if isinstance(chosen, Profile) and (chosen.parent is None or chosen.parent in PRESETS):
+            return engine_count(chosen, {**PRESETS, chosen.name: chosen}, platform=platform)
+        from workstation.tuning.store import TuningStore
+
+        folded, _ = TuningStore(self.settings.data_dir).resolve(chosen, platform=platform)
+        return engine_count(folded, PRESETS, platform=platform)
 
     def follow_endpoint(self, follower: EndpointFollower) -> None:
         """Call ``follower(endpoint)`` whenever the live engine's endpoint changes (a restart,
