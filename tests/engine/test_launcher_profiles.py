@@ -131,6 +131,32 @@ def test_engine_profiles_json_lists_every_cuda_profile_unvalidated_without_a_cud
     assert by_name["ladder-1-mtp3"]["env"] == {"OMP_NUM_THREADS": "1"}
 
 
+def test_engine_profiles_say_how_many_engines_share_each_gpu_and_list_one_engines_flags(tmp_path, capsys, monkeypatch):
+    from workstation import cli
+    from workstation.core.profiles import PRESETS, Profile
+
+    monkeypatch.setenv("WORKSTATION_DATA_DIR", str(tmp_path))
+    monkeypatch.setitem(PRESETS, "two-engines", Profile("two-engines", "two on each GPU", parent="default",
+                                                        engines_per_gpu=2))
+    monkeypatch.setitem(PRESETS, "two-small", Profile("two-small", "inherits two", args=("--stream-interval", "2"),
+                                                      parent="two-engines"))
+    assert cli.main(["engine", "profiles", "--json"]) == 0
+    rows = {(r["platform"], r["name"]): r for r in json.loads(capsys.readouterr().out)}
+    assert rows[("cuda", "default")]["engines_per_gpu"] == 1
+    assert rows[("cuda", "two-engines")]["engines_per_gpu"] == rows[("cuda", "two-small")]["engines_per_gpu"] == 2
+    assert rows[("cpu", "two-engines")]["engines_per_gpu"] == 1  # the CPU engine shares out cores instead
+    assert all(set(r) >= {"name", "args", "env", "validated"} for r in rows.values())
+    args = rows[("cuda", "two-small")]["args"]
+    # each engine's own flags: half the memory, 16 of the 32 guided sessions (n=6) -> a batch of 256
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.45"
+    assert args[args.index("--max-num-seqs") + 1] == "256"
+    assert cli.main(["engine", "profiles", "--platform", "cuda"]) == 0
+    text = capsys.readouterr().out
+    two = text[text.index("two-small (from two-engines)"):]
+    assert "    engines 2 engines on each GPU (the flags are each one's)" in two.split("validated")[0]
+    assert "engines 1 engine" not in text and "default (from vllm-defaults)" in text
+
+
 def test_engine_keys_never_look_like_an_option():
     """A key starting with '-' breaks `--api-key KEY` on every command line (seen in CI)."""
     from workstation.engine.launcher import new_api_key

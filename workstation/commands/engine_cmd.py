@@ -9,7 +9,7 @@ import signal
 import time
 
 from workstation.config import load_settings
-from workstation.core.profiles import PRESETS, diff_against_parent
+from workstation.core.profiles import PRESETS, diff_against_parent, engines_label
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -31,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     profiles.add_argument("--platform", choices=["cpu", "cuda"],
                           help="only this platform (default: both; this machine's engine first)")
     profiles.add_argument("--model", help="model to size for (default: the configured one)")
-    profiles.add_argument("--json", action="store_true", help="a JSON list of {name, platform, args, env, validated}")
+    profiles.add_argument("--json", action="store_true", help="a JSON list of {name, platform, args, env, validated, engines_per_gpu}")
     profiles.set_defaults(func=_profiles)
 
     model = subparsers.add_parser("model", help="prepare the embedded models")
@@ -98,6 +98,8 @@ def _profiles(args: argparse.Namespace) -> int:
         _say(f"{row.name}{parent}: {profile.description}")
         for line in diff_against_parent(profile):
             _say(f"    change  {line}")
+        if row.engines_per_gpu > 1:
+            _say(f"    engines {engines_label(row.engines_per_gpu)} (the flags are each one's)")
         _say(f"    flags   {' '.join(row.args) or '(none)'}")
         if row.env:
             _say(f"    env     {' '.join(f'{k}={v}' for k, v in row.env.items())}")

@@ -3,7 +3,9 @@
 ``workstation engine profiles`` prints this. The flags are the launcher's own (``command()``),
 sized for this machine's GPUs where it has some; they are checked against the installed
 engine's ``--help`` where that platform's engine is installed, and marked unvalidated
-otherwise (a CUDA listing on a machine with only the CPU engine, say).
+otherwise (a CUDA listing on a machine with only the CPU engine, say). A profile that runs
+several engines on each GPU (``engines_per_gpu``) is listed with one engine's flags: its
+share of the GPU's memory and of the sessions.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from workstation.config import Settings
 from workstation.core.engine_sizing import GpuMemory
 from workstation.core.errors import UserError
-from workstation.core.profiles import PLATFORMS, PRESETS
+from workstation.core.profiles import PLATFORMS, PRESETS, engine_count
 from workstation.engine.environment import EngineInstall, engine_help_text, find_engine
 from workstation.engine.flags import check_flags, known_flags
 from workstation.engine.host import Launchers
@@ -36,10 +38,12 @@ class ProfileRow:
     validation_note: str = ""
     engine_note: str = ""
     sizing_notes: tuple[str, ...] = field(default=())
+    engines_per_gpu: int = 1
+    """Engines of the model on each GPU under this profile (always 1 on the CPU engine)."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "platform": self.platform, "args": self.args, "env": self.env,
-                               "validated": self.validated}
+                               "validated": self.validated, "engines_per_gpu": self.engines_per_gpu}
         if self.validation_note:
             out["validation_note"] = self.validation_note
         if self.sizing_notes:
@@ -86,7 +90,10 @@ def list_profiles(settings: Settings, *, platforms: Sequence[str] | None = None,
         for name, profile in PRESETS.items():
             if platform not in profile.platforms:
                 continue
-            launcher = Launchers(settings, engine, spec, sequences_per_session=per_session)(name, gpu_memory=gpu_memory)
+            engines = engine_count(profile, PRESETS, platform=platform)
+            sharing = {"engines_on_device": engines} if engines > 1 else {}
+            launcher = Launchers(settings, engine, spec, sequences_per_session=per_session)(
+                name, gpu_memory=gpu_memory, **sharing)
             try:
                 launcher.sizing = launcher.size()
             except UserError as exc:
@@ -108,7 +115,7 @@ def list_profiles(settings: Settings, *, platforms: Sequence[str] | None = None,
                     validated, why = True, ""
                 except UserError as exc:
                     why = str(exc)
-            rows.append(ProfileRow(name, platform, flags, env, validated, why, note, sizing_notes))
+            rows.append(ProfileRow(name, platform, flags, env, validated, why, note, sizing_notes, engines))
     return rows
 
 
