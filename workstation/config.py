@@ -103,7 +103,8 @@ class EngineSettings(BaseSettings):
     replicas: int = Field(default=1, ge=0)
     """Managed engines of the model to run: each on ``gpus_per_engine`` GPUs of its own
     (``CUDA_VISIBLE_DEVICES``), or on the CPU on cores of its own; 0: as many as the GPUs
-    allow. Sessions are spread over them; each session stays on its engine."""
+    allow. Sessions are spread over them; each session stays on its engine. A profile's
+    ``engines_per_gpu`` runs that many engines on each of these GPU groups."""
     gpus_per_engine: int = Field(default=1, ge=1)
     """GPUs per managed engine; more than one serves tensor-parallel across them."""
     endpoints: list[EndpointSettings] = Field(default_factory=list)
