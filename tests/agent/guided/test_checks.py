@@ -5,6 +5,7 @@ running."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import select
 import signal
@@ -60,47 +61,62 @@ async def test_a_check_process_that_dies_is_replaced_and_the_pool_closes() -> No
     assert await checks.off_loop(os.getpid) != old  # a later check starts a new pool
 
 
-# A process running agents (a benchmark, headless) with both check processes started, one busy
+# A process running agents (a benchmark, headless): its check processes started and one busy,
+# or still starting (importing the package) when it is stopped
 POOL_OWNER = """
-import asyncio, os, time
+import asyncio, sys, time
 from workstation.agent.guided import checks
 
 async def main():
-    await asyncio.gather(*(checks.off_loop(time.sleep, 0.3) for _ in range(checks.CHECK_PROCESSES)))
-    busy = asyncio.ensure_future(checks.off_loop(time.sleep, 120))
+    if sys.argv[1] == "started":
+        await asyncio.gather(*(checks.off_loop(time.sleep, 0.3) for _ in range(checks.CHECK_PROCESSES)))
+    busy = [asyncio.ensure_future(checks.off_loop(time.sleep, 120)) for _ in range(checks.CHECK_PROCESSES)]
     await asyncio.sleep(0.3)
     print("ready", flush=True)
-    await busy
+    await asyncio.gather(*busy)
 
 asyncio.run(main())
 """
 
 
+def _spawned(owner: subprocess.Popen[str]) -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process(owner.pid).children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if "multiprocessing" in " ".join(child.cmdline()):  # the pool's, and the resource tracker
+                found.append(child)
+    return found
+
+
 @pytest.mark.slow
-def test_no_check_process_outlives_a_pool_owner_stopped_by_sigterm() -> None:
+@pytest.mark.parametrize("when", ["started", "starting"])
+def test_no_check_process_outlives_a_pool_owner_stopped_by_sigterm(when: str) -> None:
     root = Path(__file__).resolve().parents[3]
     env = {**os.environ, "PYTHONPATH": str(root)}  # this checkout's package, in the owner and its pool
-    owner = subprocess.Popen([sys.executable, "-c", POOL_OWNER], cwd=root, env=env, stdout=subprocess.PIPE, text=True)
+    owner = subprocess.Popen([sys.executable, "-c", POOL_OWNER, when], cwd=root, env=env, stdout=subprocess.PIPE,
+                             text=True)
     workers: list[psutil.Process] = []
     try:
         ready, _, _ = select.select([owner.stdout], [], [], 120)
         assert ready and owner.stdout is not None and owner.stdout.readline() == "ready\n", owner.poll()
-        workers = psutil.Process(owner.pid).children(recursive=True)
-        spawned = [w for w in workers if "multiprocessing.spawn" in " ".join(w.cmdline())]
-        assert len(spawned) == checks.CHECK_PROCESSES, workers
+        for _ in range(600):
+            workers = _spawned(owner)
+            if len(pool := [w for w in workers if "spawn_main" in " ".join(w.cmdline())]) == checks.CHECK_PROCESSES:
+                break
+            time.sleep(0.05)
+        assert len(pool) == checks.CHECK_PROCESSES, workers
         owner.send_signal(signal.SIGTERM)  # no exit handler runs, no shut-down stage
         assert owner.wait(10) == -signal.SIGTERM
-        _, alive = psutil.wait_procs(workers, timeout=10)
+        # started: they end at once; starting: once started (a spawned child imports the package first)
+        _, alive = psutil.wait_procs(workers, timeout=10 if when == "started" else 60)
         assert alive == []  # the check processes (and multiprocessing's resource tracker) went with it
     finally:
         if owner.poll() is None:
             owner.kill()
             owner.wait(10)
         for worker in workers:
-            try:
+            with contextlib.suppress(psutil.NoSuchProcess):
                 worker.kill()  # what this test started and survived it
-            except psutil.NoSuchProcess:
-                pass
 
 
 async def test_a_real_turn_checks_its_drafts_only_off_the_loop(make_agent, bug_repo: Path,
