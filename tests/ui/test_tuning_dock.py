@@ -13,6 +13,7 @@ from tests.tuning.fake_vllm import FakeLauncher, FakeVllm
 from tests.ui.conftest import run, wait_until
 from workstation.core.endpoints import Endpoint
 from workstation.core.profiles import PRESETS, Profile, flatten
+from workstation.core.replicas import plan_replicas
 from workstation.core.requests import RequestRecord
 from workstation.core.traffic import shape_from_records
 from workstation.engine.launcher import EngineState
@@ -177,18 +178,21 @@ def app_with(qtbot, qloop, settings, store):  # type: ignore[no-untyped-def]
 
     made = []
 
-    def build(*, fail_start: bool = False, external: Endpoint | None = None):  # type: ignore[no-untyped-def]
+    def build(*, fail_start: bool = False, external: Endpoint | None = None,
+              layout=None):  # type: ignore[no-untyped-def]
         vllm = FakeVllm()
         launchers: list[QtFakeLauncher] = []
 
-        def factory(profile=None, env=None, **_where):  # type: ignore[no-untyped-def]
+        def factory(profile=None, env=None, *, name=None, **_where):  # type: ignore[no-untyped-def]
             first = not launchers  # the live engine; the switch's new ones may fail
             launchers.append(QtFakeLauncher(vllm, profile or flatten(PRESETS["default"], PRESETS), env,
                                             fail_start=fail_start and not first))
+            launchers[-1].name = name or "managed:smollm2"
             return launchers[-1]
 
         if external is None:
-            host = EngineHost(launchers=factory)
+            plans = layout(None) if layout is not None else ()
+            host = EngineHost(launchers=factory, layout=layout, replicas=plans)
             run(qloop, host.start())
         else:
             host = EngineHost(external=external)
@@ -229,6 +233,7 @@ def _switch_to(qloop, app, name: str) -> None:  # type: ignore[no-untyped-def]
         assert isinstance(dock.checks[name], CheckReport), dock.checks[name]
         assert dock.switch_button.isEnabled(), dock.switch_blocker()
         dock.switch_button.click()
+        await wait_until(lambda: dock.confirm_dialog is not None)
         dock.confirm_dialog.accept()
         assert not dock.switch_button.isEnabled() and dock.switch_task is not None
         await wait_until(lambda: dock.switch_task is None)
@@ -260,6 +265,49 @@ def test_failed_switch_rolls_back_and_the_old_engine_keeps_serving(qloop, app_wi
     assert "keeps serving" in dock.switch_status.text()
     assert old.alive() and app.engine.launcher is old and app.fleet.endpoints == []
     assert dock.switch_button.isEnabled()
+
+
+def _confirmation(qloop, app, name: str) -> str:  # type: ignore[no-untyped-def]
+    """The switch's confirmation box for ``name``, as it opens (then cancelled)."""
+    dock = app.window.tuning_dock
+
+    async def body() -> str:
+        await wait_until(lambda: dock.view is not None)
+        dock.select_profile(name)
+        await wait_until(lambda: dock.checks.get(name) not in (None, "checking"))
+        dock.switch_button.click()
+        await wait_until(lambda: dock.confirm_dialog is not None)
+        text = dock.confirm_dialog.text()
+        dock.confirm_dialog.reject()
+        return text
+
+    return run(qloop, body())
+
+
+TWO_ON_GPU0 = tuple(plan_replicas("cuda", gpu_indices=[0], engines_per_gpu=2))
+
+
+def test_switch_confirmation_says_every_engine_restarts_where_engines_share_a_gpu(
+        qloop, app_with) -> None:  # type: ignore[no-untyped-def]
+    """The box promised a new engine beside the running one, which keeps serving, also where
+    the switch restarts every engine (LiveSwitch's restart path). Fails before: the same text
+    for every switch."""
+    app, _ = app_with()  # one engine, no layout: a safe switch
+    text = _confirmation(qloop, app, "fewer-seqs")
+    assert "A new engine starts with it" in text and "keeps serving" in text
+
+    # one engine now; 'fewer-seqs' would run two on GPU 0
+    app, _ = app_with(layout=lambda p: list(TWO_ON_GPU0) if getattr(p, "name", p) == "fewer-seqs" else [])
+    text = _confirmation(qloop, app, "fewer-seqs")
+    assert "Every engine restarts" in text and "Sessions wait until the first engine serves again" in text
+    assert "keeps serving" not in text
+
+    # two engines share GPU 0 now, and would under the new profile too
+    app, launchers = app_with(layout=lambda p: list(TWO_ON_GPU0))
+    assert len(launchers) == 2 and app.engine.host.shares_devices
+    text = _confirmation(qloop, app, "fewer-seqs")
+    assert "Every engine restarts" in text and "keeps serving" not in text
+    assert "Restart every engine" in app.window.tuning_dock.switch_button.toolTip()
 
 
 def test_external_endpoint_cannot_be_switched(qloop, app_with) -> None:  # type: ignore[no-untyped-def]

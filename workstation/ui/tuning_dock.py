@@ -111,6 +111,7 @@ class TuningDock(QDockWidget):
         self._switch_reason = "the engine is not managed by the app"
         self.switch_task: asyncio.Task[Any] | None = None
         self.confirm_dialog: QMessageBox | None = None
+        self._ask_task: asyncio.Task[Any] | None = None
         self._load_task: asyncio.Task[Any] | None = None
         pal = self.palette()
         pg.setConfigOptions(antialias=True, background=pal.color(QPalette.ColorRole.Base),
@@ -382,26 +383,59 @@ class TuningDock(QDockWidget):
     def _update_switch_button(self) -> None:
         blocker = self.switch_blocker()
         self.switch_button.setEnabled(blocker is None)
+        shared = self._switch is not None and self._switch.host.shares_devices
         self.switch_button.setToolTip(
             f"Not possible: {blocker}." if blocker else
+            "Restart every engine with this profile (they share a GPU: no new one fits beside them); "
+            "starts the one running now again if it fails" if shared else
             "Start an engine with this profile, move the sessions to it once it serves, then stop the old "
             "one; rolls back if the new engine fails")
 
     def ask_switch(self) -> None:
-        """Confirm, then switch (the dialog is opened, never exec'd)."""
+        """Confirm, then switch (the dialog is opened, never exec'd). The box says what the
+        switch will do, which takes a look at where the engines would run first (the profile
+        folded, the host's layout: worker threads), so it opens a moment after the click."""
         name = self.selected_profile()
-        if name is None or self.switch_blocker() is not None:
+        switch = self._switch
+        if name is None or switch is None or self.switch_blocker() is not None:
             return
-        box = QMessageBox(QMessageBox.Icon.Question, "Switch the live engine",
-                          f"Switch the live engine to profile '{name}'?\n\nA new engine starts with it; "
-                          "sessions move to it once it answers and see only a short pause. If it fails, "
-                          "the engine running now keeps serving.",
+        if self._ask_task is not None and not self._ask_task.done():
+            return
+        self.confirm_dialog = None
+        self._ask_task = self.tasks.spawn(self._ask_switch(switch, name), "engine-switch-ask")
+
+    async def _ask_switch(self, switch: LiveSwitch, name: str) -> None:
+        try:
+            restarts = await self._restarts_every_engine(switch, name)
+        except UserError as exc:  # the profile cannot be placed: the switch would refuse it too
+            self._say(str(exc).splitlines()[0], error=True)
+            return
+        if restarts:
+            text = (f"Switch the live engine to profile '{name}'?\n\nEvery engine restarts with it: engines "
+                    "share a GPU (now, or under this profile), so no new engine can start beside them. "
+                    "Sessions wait until the first engine serves again; requests cut by the stop are "
+                    "retried. If the new profile fails, the engines start again with the one running now.")
+        else:
+            text = (f"Switch the live engine to profile '{name}'?\n\nA new engine starts with it; "
+                    "sessions move to it once it answers and see only a short pause. If it fails, "
+                    "the engine running now keeps serving.")
+        box = QMessageBox(QMessageBox.Icon.Question, "Switch the live engine", text,
                           QMessageBox.StandardButton.Ok | QMessageBox.StandardButton.Cancel, self)
-        box.button(QMessageBox.StandardButton.Ok).setText("Switch")
+        box.button(QMessageBox.StandardButton.Ok).setText("Restart every engine" if restarts else "Switch")
         box.accepted.connect(lambda: self.start_switch(name))
         box.finished.connect(box.deleteLater)
         self.confirm_dialog = box
         box.open()
+
+    async def _restarts_every_engine(self, switch: LiveSwitch, name: str) -> bool:
+        """Whether switching to ``name`` restarts every engine instead of a safe switch: the
+        test :meth:`LiveSwitch.run` makes (engines share a GPU now, or the profile places them
+        otherwise). A placement that cannot work is the host's ``UserError``."""
+        host = switch.host
+        if host.shares_devices:
+            return True
+        profile, _ = await asyncio.to_thread(functools.partial(self.store.resolve, name, platform=switch.platform))
+        return await host.plans_for(profile) != host.plans
 
     def start_switch(self, name: str) -> asyncio.Task[Any] | None:
         if self._switch is None or self.switch_task is not None:
