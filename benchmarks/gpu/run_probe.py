@@ -20,6 +20,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import psutil
@@ -29,8 +30,8 @@ from workstation.telemetry.host import process_tree
 SAMPLE_S = 0.05
 
 
-def _tree(root_pid: int | None) -> list[psutil.Process]:
-    return [psutil.Process(), *(process_tree(root_pid) if root_pid is not None else [])]
+def _tree(roots: Sequence[int]) -> list[psutil.Process]:
+    return [psutil.Process(), *(p for root in roots for p in process_tree(root))]
 
 
 def _cpu_s(proc: psutil.Process) -> float | None:
@@ -44,8 +45,10 @@ def _cpu_s(proc: psutil.Process) -> float | None:
 class RunProbe:
     """Samples the GPU's clock and utilisation and the engine processes' CPUs during one run."""
 
-    def __init__(self, engine_root_pid: int | None, *, reader: Any | None = None) -> None:
-        self.engine_root_pid = engine_root_pid
+    def __init__(self, engine_root_pid: int | None | Sequence[int | None], *, reader: Any | None = None) -> None:
+        """``engine_root_pid``: the engine's API-server pid, or each engine's where a trial runs several."""
+        roots = engine_root_pid if isinstance(engine_root_pid, Sequence) else [engine_root_pid]
+        self.engine_root_pids = [pid for pid in roots if pid is not None]
         self._reader = reader
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -57,7 +60,7 @@ class RunProbe:
         self._t0 = 0.0
 
     def start(self) -> None:
-        self._procs = _tree(self.engine_root_pid)
+        self._procs = _tree(self.engine_root_pids)
         self._cpu0 = {p.pid: _cpu_s(p) for p in self._procs}
         self._t0 = time.monotonic()
         self._stop.clear()

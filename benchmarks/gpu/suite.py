@@ -253,6 +253,9 @@ def tune_setup(args: argparse.Namespace, *, candidates: bool, previous: dict[str
     help_flags = known_flags(engine_help_text(engine, settings.cache_dir))
     base_args, _ = effective(baseline, {}, platform=engine.platform)
     offered = candidates_for(engine.platform, traits, concurrency=32, base_args=base_args)
+    if args.dry_run and engine.platform == "cpu":
+        # the rehearsal exercises the GPU's engines-side-by-side path on the CPU engine too
+        offered += [c for c in candidates_for("cuda", traits, concurrency=32, base_args=base_args) if c.engines]
     if args.changes:
         wanted = (best_changes(previous or {}) if args.changes == "@best"
                   else [c.strip() for c in args.changes.split(";") if c.strip()])
@@ -264,7 +267,7 @@ def tune_setup(args: argparse.Namespace, *, candidates: bool, previous: dict[str
         offered = [by_label[w] for w in wanted]
     cands = offered[: args.candidates] if candidates else []
     gpus = read_gpu_memory()
-    engines = 2 + max(len(cands), 2)
+    engines = 2 + max(sum(c.engines or 1 for c in cands), 2)
     if gpus:
         side = SideBySide.for_round(engines, gpus[0], int(args.kv_gib * GIB))
     else:  # the CPU rehearsal: small engines side by side
@@ -305,7 +308,7 @@ def make_tuner(services, setup: TuneSetup):  # type: ignore[no-untyped-def]
     from run_probe import RunProbe
 
     reader = _nvml_reader()
-    tuner.run_probe = lambda launcher: RunProbe(launcher.pid, reader=reader)
+    tuner.run_probe = lambda launchers: RunProbe([launcher.pid for launcher in launchers], reader=reader)
     return tuner
 
 
@@ -400,8 +403,8 @@ async def part_confirm(args: argparse.Namespace, results: Results, deadline: flo
                     say(f"no time left to confirm {name}")
                     continue
                 saved = results.data[key]
-                kept = [(Candidate(k["change"], tuple(k["args"]), tuple(k["env"].items())), k["gain_pct"])
-                        for k in saved["kept_changes"]]
+                kept = [(Candidate(k["change"], tuple(k["args"]), tuple(k["env"].items()), engines=k.get("engines")),
+                         k["gain_pct"]) for k in saved["kept_changes"]]
                 report = TuneReport(workload=workload, noise_pct=saved["noise_pct"],
                                     baseline_tok_s=saved["baseline"]["output_tok_s"],
                                     best_tok_s=saved["best"]["output_tok_s"])
@@ -432,12 +435,12 @@ def tune_json(screening, tuner) -> dict[str, Any]:  # type: ignore[no-untyped-de
         "name": screening.name, "workload": screening.workload.describe(), "round": outcome.get("round"),
         "steps": out["steps"], "not_run": out["not_run"], "noise_pct": out["noise_pct"],
         "kept": outcome.get("kept", []),
-        "kept_changes": [{"change": c.change, "args": list(c.args), "env": dict(c.env), "gain_pct": round(g, 2)}
-                         for c, g in screening.kept],
+        "kept_changes": [{"change": c.change, "args": list(c.args), "env": dict(c.env), "engines": c.engines,
+                          "gain_pct": round(g, 2)} for c, g in screening.kept],
         "baseline": {"output_tok_s": base.get("output_tok_s"), "ttft_p95_ms": base.get("ttft_p95_ms"),
                      "profile": base.get("label")},
         "best": {"output_tok_s": best.get("output_tok_s"), "ttft_p95_ms": best.get("ttft_p95_ms"),
-                 "profile": best.get("label"), "args": best.get("args")},
+                 "profile": best.get("label"), "args": best.get("args"), "engines": best.get("engines", 1)},
         "vllm_defaults": {"output_tok_s": vd.get("output_tok_s"), "ttft_p95_ms": vd.get("ttft_p95_ms")},
         "best_vs_vllm_defaults": screening.gain_over("reference (vllm-defaults"),
         "detail": outcome,

@@ -222,3 +222,51 @@ def test_candidates_are_sized_for_the_sequences_in_flight_not_the_streams():
     replay = Workload(kind="replay", concurrency=32, shape="s")
     assert sequences_in_flight(replay, Shape()) == 32 * 6  # type: ignore[arg-type]
     assert sequences_in_flight(replay, None) == 32
+
+
+async def test_a_profile_of_two_engines_is_measured_on_both_started_one_after_another(tmp_path, monkeypatch):
+    """The sequential tuner's engines for ``engines_per_gpu=2``: each sized by the launcher for
+    its share (``engines_on_device``, its place), the second started once the first serves
+    (vLLM's memory profiling would see the other's allocations), both stopped at the end."""
+    from pathlib import Path
+
+    from workstation.config import Settings
+    from workstation.engine.environment import EngineInstall
+    from workstation.engine.models import ModelSpec
+    from workstation.tuning import bench
+
+    events: list[str] = []
+
+    class _Launcher:
+        def __init__(self, kw: dict) -> None:
+            self.kw, self.endpoint = kw, f"e{kw['place']}"
+
+        async def start(self, progress=None):  # type: ignore[no-untyped-def]
+            events.append(f"start {self.endpoint}")
+            await asyncio.sleep(0.01)
+            events.append(f"ready {self.endpoint}")
+
+        async def stop(self) -> None:
+            events.append(f"stop {self.endpoint}")
+
+    made: list[_Launcher] = []
+
+    class _Launchers:
+        def __init__(self, *a, **k) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+        def __call__(self, profile, env, **kw):  # type: ignore[no-untyped-def]
+            made.append(_Launcher(kw))
+            return made[-1]
+
+    monkeypatch.setattr(bench, "Launchers", _Launchers)
+    engine = EngineInstall(python=Path("python3"), platform="cuda", version="0.26.0", managed=False)
+    model = ModelSpec("smollm2", "smollm2", None, max_model_len=8192, builtin=True)
+    profile = Profile("two", "", engines_per_gpu=2)
+    async with bench.managed_engines(Settings(data_dir=tmp_path), engine, model, profile, log_dir=tmp_path,
+                                     sessions=32) as launchers:
+        assert [launcher.endpoint for launcher in launchers] == ["e1", "e2"]
+        assert events == ["start e1", "ready e1", "start e2", "ready e2"]
+    assert events[-2:] == ["stop e1", "stop e2"]
+    assert [(m.kw["sessions"], m.kw["engines_on_device"], m.kw["place"]) for m in made] == [(32, 2, 1), (32, 2, 2)]
+    assert [m.kw["log_dir"].name for m in made] == ["engine1", "engine2"]

@@ -357,3 +357,25 @@ async def test_requests_the_engine_ended_before_their_length_are_reported():
                                   constrained=False)
         clean = await LoadGenerator(http, endpoint_of(engine), off, shape=shape).run()
     assert not any("ended before" in n for n in clean.notes)
+
+
+async def test_a_load_over_several_engines_keeps_each_stream_on_one_and_sums_their_counters():
+    """A profile of two engines on the GPU is measured as the app serves it: stream i on engine
+    i mod 2 (a session stays on its engine), the common prefix primed on each, every token and
+    every engine's prefix-cache counters counted once."""
+    shape = shape_from_records("s", [rec(s, i, 64 + 16 * i, 4) for s in "abcd" for i in range(3)],
+                               common_prefix_tokens=32)
+    vllm = FakeVllm()
+    one, two = vllm.add(token_delay_s=0.001), vllm.add(token_delay_s=0.001)
+    async with vllm.client() as http:
+        w = workload_from_shape(shape, concurrency=4, duration_s=30.0, warmup_s=0.0, max_requests=8)
+        gen = LoadGenerator(http, [endpoint_of(one), endpoint_of(two)], w, shape=shape)
+        result = await gen.run()
+    # one priming request each, then the streams' requests split between them
+    assert one.max_tokens_asked[0] == 1 and two.max_tokens_asked[0] == 1
+    assert one.served - 1 == two.served - 1 == 4
+    firsts = lambda e: {tuple(p[32:40]) for p in e.prompts[1:]}  # noqa: E731 - a session's own tokens
+    assert firsts(one).isdisjoint(firsts(two))  # no session's history went to both engines
+    assert result.completed == 8 and result.output_tokens == 32
+    assert result.prefix_cache_hit_rate is not None and result.prefix_cache_hit_rate > 0
+    assert result.endpoint == f"{one.base_url} + {two.base_url}"

@@ -71,9 +71,12 @@ def test_kept_changes_combine_with_the_bigger_gain_winning_a_shared_flag():
 def test_cuda_candidates_lead_with_what_cuts_host_work_and_have_no_duplicates():
     base = list(flatten(PRESETS["default"], PRESETS, platform="cuda").args)
     cands = candidates_for("cuda", LLAMA, concurrency=32, base_args=base)
-    flags = [next(iter(split_flags(list(c.args)))) for c in cands]
+    # engines side by side on the GPU first (one engine's host work is the limit: 11 % GPU busy)
+    assert [(c.change, c.engines, c.args) for c in cands[:2]] == [("2 engines on each GPU", 2, ()),
+                                                                  ("4 engines on each GPU", 4, ())]
+    flags = [next(iter(split_flags(list(c.args)))) for c in cands[2:]]
     assert flags[:4] == ["--stream-interval", "--api-server-count", "--speculative-config", "--max-num-batched-tokens"]
-    assert len({c.args for c in cands}) == len(cands)
+    assert len({(c.args, c.engines) for c in cands}) == len(cands)
     assert "--enforce-eager" not in base and "--no-enforce-eager" not in flags  # the GPU default is not eager
 
 
@@ -168,7 +171,7 @@ async def test_a_run_probe_watches_every_run_and_its_record_reaches_the_summary(
         def __init__(self, name: str) -> None:
             self.endpoint = name
 
-    tuner.run_probe = lambda launcher: _Probe(launcher.endpoint)
+    tuner.run_probe = lambda launchers: _Probe(launchers[0].endpoint)
     trials = [Trial(name, Profile(name, ""), launcher=_Launcher(name)) for name in ("a", "bad")]  # type: ignore[arg-type]
     w = Workload(kind="synthetic", concurrency=4, input_len=64, output_len=64)
     a, bad = await tuner._measure(trials, w, None)
@@ -176,3 +179,55 @@ async def test_a_run_probe_watches_every_run_and_its_record_reaches_the_summary(
     assert a.summary()["probes"] == [{"engine": "a", "tokens": _result(1000.0, 100.0).output_tokens}] * 3
     # a failed run is still watched to its end; its record says no tokens came
     assert bad.error and bad.probes[0] == {"engine": "bad", "tokens": 0}
+
+
+async def test_a_trial_of_two_engines_starts_both_sized_for_half_the_sessions_and_loads_them_together(tmp_path, monkeypatch):
+    from workstation.tuning import screening
+
+    made: list[dict] = []
+
+    class _Launcher:
+        def __init__(self, n: int, kw: dict) -> None:
+            self.endpoint, self.kw, self.stopped = f"e{n}", kw, False
+
+        async def start(self, progress=None):  # type: ignore[no-untyped-def]
+            return self.endpoint
+
+        async def stop(self) -> None:
+            self.stopped = True
+
+    class _Launchers:
+        def __init__(self, *a, **k) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+        def __call__(self, profile, env, **kw):  # type: ignore[no-untyped-def]
+            made.append({"profile": profile, **kw})
+            return _Launcher(len(made), kw)
+
+    loads: list[object] = []
+
+    async def run_workload(http, endpoint, workload, context, **kw):  # type: ignore[no-untyped-def]
+        loads.append(endpoint)
+        return _result(1000.0, 100.0)
+
+    monkeypatch.setattr(screening, "Launchers", _Launchers)
+    monkeypatch.setattr(screening, "run_workload", run_workload)
+    tuner = _tuner(tmp_path)
+    tuner.sessions = 32
+    two = Candidate.of([], engines=2)
+    trial = Trial(two.change, tuner.trial_profile(two), candidate=two)
+    assert trial.engines == 2 and trial.profile.args == tuner.baseline.args
+    await tuner._start_one(trial, 0.0)
+    # each sized by the launcher for its share of the sessions (32 over 2)
+    assert [(m["sessions"], m["engines_on_device"], m["place"]) for m in made] == [(32, 2, 1), (32, 2, 2)]
+    assert all(m["extra_args"] == tuner.side.args() for m in made)  # the round's fixed memory share each
+    assert [str(m["log_dir"].name) for m in made] == ["engine1", "engine2"]
+    (measured,) = await tuner._measure([trial], W, None)
+    assert loads == [["e1", "e2"]] * 3 and len(measured.runs) == 3
+    assert measured.summary()["engines"] == 2
+    launchers, tuner.trials = trial.launchers, [trial]
+    await tuner.close()
+    assert all(launcher.stopped for launcher in launchers) and trial.launcher is None
+    # kept with another change, the combination keeps the engines
+    combined = ScreeningTuner.combine(tuner.baseline, [(two, 40.0), (Candidate.of(["--stream-interval", "8"]), 10.0)])
+    assert combined.engines_per_gpu == 2 and split_flags(list(combined.args))["--stream-interval"] == ["8"]

@@ -42,7 +42,7 @@ from workstation.core.profiles import STAND_IN_VALUES, Profile, apply_changes, d
 from workstation.core.traffic import TrafficShape
 from workstation.engine.environment import EngineInstall
 from workstation.engine.models import ModelSpec
-from workstation.tuning.bench import BenchContext, managed_engine, run_workload, sequences_per_stream
+from workstation.tuning.bench import BenchContext, managed_engines, run_workload, sequences_per_stream
 from workstation.tuning.checks import ModelTraits, check_profile
 from workstation.tuning.results import BenchResult, Slo, Workload, describe_hardware
 from workstation.tuning.store import TuningStore, safe_name
@@ -61,11 +61,20 @@ class Candidate:
     env: tuple[tuple[str, str], ...] = ()
     slow_start: bool = False
     """Compiled graphs: the start takes several times longer (for the budget)."""
+    engines: int | None = None
+    """Engines of the model on each GPU (:attr:`Profile.engines_per_gpu`); None: as the base has."""
 
     @classmethod
     def of(cls, args: Sequence[str], env: Sequence[tuple[str, str]] = (), *, label: str | None = None,
-           slow_start: bool = False) -> Candidate:
-        return cls(label or describe_change(list(args), dict(env)), tuple(args), tuple(env), slow_start)
+           slow_start: bool = False, engines: int | None = None) -> Candidate:
+        return cls(label or describe_change(list(args), dict(env), engines), tuple(args), tuple(env), slow_start,
+                   engines)
+
+    def applied_to(self, base: Profile, name: str) -> Profile:
+        """``base`` with this one change: its flags over the base's, its env added, its engine count."""
+        return Profile(name=name, description=self.change, args=tuple(apply_changes(list(base.args), list(self.args))),
+                       env=tuple(sorted({**dict(base.env), **dict(self.env)}.items())), platforms=base.platforms,
+                       engines_per_gpu=self.engines if self.engines is not None else base.engines_per_gpu)
 
 
 def _spec(method: str, n: int, **extra: Any) -> str:
@@ -84,6 +93,13 @@ request, compiled per request, applied at every step on the engine's host side),
 backend is host work per token; vLLM's ``auto`` picks xgrammar, llguidance compiles lazily.
 Checked on the CPU engine (vLLM 0.32, llguidance 1.7.6): 4 real guided sessions made 4.25 tool
 calls each with no errors on it, as on xgrammar. vLLM 0.26's CUDA build carries llguidance."""
+
+GUIDANCE_SYNC = Candidate.of([*GUIDANCE.args, "--no-async-scheduling"],
+                             label="structured outputs by llguidance, no async scheduling")
+"""llguidance as the CPU engine ran it. On an H200 under async scheduling (vLLM 0.26) it let a
+sampled token escape its mask ("grammar rejected tokens [198] ... Terminating request") and real
+agents made 0.75 tool calls a session instead of 4.25; the CPU engine, where it held, runs
+without async scheduling."""
 
 
 def candidates_for(platform: str, traits: ModelTraits, *, concurrency: int, base_args: Sequence[str],
@@ -129,6 +145,14 @@ def candidates_for(platform: str, traits: ModelTraits, *, concurrency: int, base
         # cache in fp8, a faster prefix hash, and async scheduling named (on by default in
         # recent vLLM; explicit where an older one has it off).
         out += [
+            # Measured on an H200 with the fleet's captured agent shape (2026-12-02): GPU busy
+            # 11 % of the time while the engine-core process took 7.6-8.6 cores, 2.0-3.3 ms of
+            # CPU per generated token, compiling each request's grammar (xgrammar) in its pool
+            # of (cores + 1) // 2 threads and filling masks; with llguidance 1.2 cores. One
+            # engine's pool and step loop are the limit, so a second engine on the same GPU
+            # (half the memory and the sessions each) doubles both where the cores are free.
+            Candidate.of([], engines=2),
+            Candidate.of([], engines=4),
             Candidate.of(["--stream-interval", "8"], label="stream interval 8"),
             Candidate.of(["--api-server-count", "4"], label="4 API server processes"),
             Candidate.of(["--speculative-config", _spec("ngram_gpu", 3, prompt_lookup_max=4, prompt_lookup_min=2)],
@@ -152,7 +176,7 @@ def candidates_for(platform: str, traits: ModelTraits, *, concurrency: int, base
             Candidate.of(["--speculative-config", _spec("ngram_gpu", 8, prompt_lookup_max=5, prompt_lookup_min=2),
                           "--no-async-scheduling"],
                          label="n-gram speculation (GPU), 8 tokens, no async scheduling"),
-            *([GUIDANCE] if traits.structured_outputs else []),
+            *([GUIDANCE, GUIDANCE_SYNC] if traits.structured_outputs else []),
             Candidate.of(["--max-cudagraph-capture-size", "1024"], label="CUDA graphs up to 1,024 tokens"),
             Candidate.of(["--kv-cache-dtype", "fp8"], label="fp8 KV cache"),
             Candidate.of(["--prefix-caching-hash-algo", "xxhash"], label="prefix hash xxhash"),
@@ -167,8 +191,8 @@ def candidates_for(platform: str, traits: ModelTraits, *, concurrency: int, base
         Candidate.of(["--max-num-batched-tokens", "16384"]),
         Candidate.of(["--performance-mode", "throughput"]),
     ]
-    seen: set[tuple[str, ...]] = set()
-    out = [c for c in out if not (c.args in seen or seen.add(c.args))]  # type: ignore[func-returns-value]
+    seen: set[tuple[Any, ...]] = set()
+    out = [c for c in out if not ((key := (c.args, c.env, c.engines)) in seen or seen.add(key))]  # type: ignore[func-returns-value]
     if eager:
         out.insert(0, Candidate.of(["--no-enforce-eager"], label="CUDA graphs (no --enforce-eager)", slow_start=True))
     return out
@@ -385,17 +409,18 @@ class Autotuner:
         context = BenchContext(profile=profile, engine=self.engine, model=self.model, hardware=describe_hardware())
         runs: list[float] = []
         results: list[BenchResult] = []
-        async with managed_engine(self.settings, self.engine, self.model, profile,
-                                  log_dir=self.log_dir / profile.name, env=self.env,
-                                  say=lambda m: self.progress.emit(f"  {m}"),
-                                  sessions=max(self.settings.fleet.max_generating, self.workload.concurrency),
-                                  sequences_per_session=sequences_per_stream(self.workload, self.shape)) as launcher:
+        async with managed_engines(self.settings, self.engine, self.model, profile,
+                                   log_dir=self.log_dir / profile.name, env=self.env,
+                                   say=lambda m: self.progress.emit(f"  {m}"),
+                                   sessions=max(self.settings.fleet.max_generating, self.workload.concurrency),
+                                   sequences_per_session=sequences_per_stream(self.workload, self.shape)) as launchers:
             start_s = time.monotonic() - t0
+            endpoints = [launcher.endpoint for launcher in launchers]
             for i in range(self.repeats):
                 # the first window also warms up (caches, compiled kernels); later ones run straight on
                 w = replace(self.workload, seed=self.workload.seed + i,
                             warmup_s=self.workload.warmup_s if i == 0 else 1.0)
-                result = await run_workload(self.http, launcher.endpoint, w, context, shape=self.shape,
+                result = await run_workload(self.http, endpoints, w, context, shape=self.shape,
                                             slo=self.slo, store=self.store)
                 runs.append(result.output_tok_s)
                 results.append(result)
@@ -452,11 +477,7 @@ class Autotuner:
                 report.stopped_by_budget = True
                 self.step_done.emit(step)
                 continue
-            trial = Profile(
-                name=f"{best.name}+{safe_name(cand.change)}"[:64], description=cand.change,
-                args=tuple(apply_changes(list(best.args), list(cand.args))),
-                env=tuple(sorted({**dict(best.env), **dict(cand.env)}.items())), platforms=best.platforms,
-            )
+            trial = cand.applied_to(best, f"{best.name}+{safe_name(cand.change)}"[:64])
             problem = self._checked(trial)
             if problem:
                 step = TuneStep(index, cand.change, None, None, False, note=f"not applicable: {problem}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -18,7 +18,7 @@ import httpx
 
 from workstation.config import Settings
 from workstation.core.endpoints import Endpoint
-from workstation.core.profiles import Profile
+from workstation.core.profiles import Profile, engine_count
 from workstation.core.traffic import TrafficShape
 from workstation.engine.environment import EngineInstall
 from workstation.engine.host import Launchers
@@ -70,6 +70,37 @@ async def managed_engine(
         await launcher.stop()
 
 
+@contextlib.asynccontextmanager
+async def managed_engines(
+    settings: Settings, engine: EngineInstall, model: ModelSpec, profile: Profile, *,
+    log_dir: Path, env: Mapping[str, str] | None = None, say: Callable[[str], None] | None = None,
+    sessions: int | None = None, sequences_per_session: int = 1,
+) -> AsyncIterator[list[EngineLauncher]]:
+    """:func:`managed_engine` for a profile of several engines on the GPU
+    (:attr:`Profile.engines_per_gpu`): each sized by the launcher for its share of the sessions
+    and of the memory (``engines_on_device``), started one after another (vLLM sizes its KV cache by profiling the
+    device's memory, which another engine starting beside it would disturb), all stopped in
+    the end. One engine: a list of one."""
+    count = engine_count(profile, {}, platform=engine.platform)
+    if count == 1:
+        async with managed_engine(settings, engine, model, profile, log_dir=log_dir, env=env, say=say,
+                                  sessions=sessions, sequences_per_session=sequences_per_session) as one:
+            yield [one]
+        return
+    make = Launchers(settings, engine, model, sequences_per_session=sequences_per_session)
+    launchers: list[EngineLauncher] = []
+    try:
+        for i in range(count):
+            launcher = make(profile, env, log_dir=log_dir / f"engine{i + 1}", sessions=sessions,
+                            engines_on_device=count, place=i + 1)
+            launchers.append(launcher)
+            await launcher.start(None if say is None else (lambda m, i=i: say(f"[engine {i + 1}/{count}] {m}")))
+        yield launchers
+    finally:
+        for launcher in launchers:
+            await launcher.stop()
+
+
 @dataclass(frozen=True, slots=True)
 class BenchContext:
     """What the numbers are stamped with."""
@@ -93,15 +124,20 @@ class BenchContext:
 
 
 async def run_workload(
-    http: httpx.AsyncClient, endpoint: Endpoint, workload: Workload, context: BenchContext, *,
+    http: httpx.AsyncClient, endpoint: Endpoint | Sequence[Endpoint], workload: Workload, context: BenchContext, *,
     shape: TrafficShape | None = None, slo: Slo | None = None, tool: str = "loadgen",
     store: TuningStore | None = None, timeout_s: float = 600.0,
 ) -> BenchResult:
-    """Run one workload against a running endpoint, stamp it, store it when given a store."""
+    """Run one workload against a running endpoint (or several engines of one model, the
+    load spread over them: :class:`LoadGenerator`), stamp it, store it when given a store."""
     max_context = context.model.max_model_len if context.model else None
     if tool == "vllm":
         if context.engine is None:
             raise ValueError("vllm bench serve needs the engine's Python")
+        if not isinstance(endpoint, Endpoint):
+            if len(endpoint) != 1:
+                raise ValueError("vllm bench serve measures one endpoint; the app's load generator spreads over several")
+            endpoint = endpoint[0]
         tokenizer = str(context.model.local_dir) if context.model and context.model.local_dir else None
         raw = await run_bench_serve(context.engine, endpoint, workload, tokenizer=tokenizer, slo=slo,
                                     timeout_s=timeout_s)

@@ -158,13 +158,24 @@ def counter_delta(a: MetricsReading | None, b: MetricsReading | None, key: str) 
     return None if x is None or y is None else y - x
 
 
+def counters_delta(before: Sequence[MetricsReading | None], after: Sequence[MetricsReading | None],
+                   key: str) -> float | None:
+    """:func:`counter_delta` summed over several engines' readings (pairwise); None when no
+    engine could say."""
+    deltas = [d for a, b in zip(before, after) if (d := counter_delta(a, b, key)) is not None]
+    return sum(deltas) if deltas else None
+
+
 class LoadGenerator:
-    """Run one bounded workload against one endpoint; ``await run()`` returns the numbers."""
+    """Run one bounded workload against one endpoint, or against several engines of the same
+    model (stream *i* on engine *i* mod *k*, as the app keeps each session on its engine, so
+    every engine's prefix cache sees its own sessions' histories); ``await run()`` returns the
+    numbers, summed over the engines."""
 
     def __init__(
         self,
         http: httpx.AsyncClient,
-        endpoint: Endpoint,
+        endpoint: Endpoint | Sequence[Endpoint],
         workload: Workload,
         *,
         shape: TrafficShape | None = None,
@@ -186,8 +197,12 @@ class LoadGenerator:
             need = (workload.input_len or 0) + workload.shared_prefix_len + (workload.output_len or 0)
             if need > max_context:
                 raise ValueError(f"{need} tokens per request do not fit the model's context of {max_context}")
+        self.endpoints: tuple[Endpoint, ...] = (endpoint,) if isinstance(endpoint, Endpoint) else tuple(endpoint)
+        if not self.endpoints:
+            raise ValueError("a load needs at least one endpoint")
         self.http = http
-        self.endpoint = endpoint
+        self.endpoint = self.endpoints[0]
+        """The first engine: it tokenizes for all (they serve the same model)."""
         self.workload = workload
         self.shape = shape
         self.slo = slo or Slo()
@@ -215,9 +230,10 @@ class LoadGenerator:
                                 w.output_len or 1, prefix=shared) for i in range(w.concurrency)]
 
     # ----- one request -----
-    async def _request(self, planned: PlannedRequest) -> RequestTiming:
+    async def _request(self, planned: PlannedRequest, endpoint: Endpoint | None = None) -> RequestTiming:
+        endpoint = endpoint or self.endpoint
         body: dict[str, Any] = {
-            "model": self.endpoint.model, "prompt": planned.prompt, "max_tokens": planned.max_tokens,
+            "model": endpoint.model, "prompt": planned.prompt, "max_tokens": planned.max_tokens,
             "stream": True, "ignore_eos": True, "temperature": 0.0,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         }
@@ -228,12 +244,12 @@ class LoadGenerator:
             body["temperature"] = CHOICES_TEMPERATURE
         if planned.regex is not None:
             body["structured_outputs"] = {"regex": planned.regex}
-        headers = {"Content-Type": "application/json", **self.endpoint.auth_headers()}
+        headers = {"Content-Type": "application/json", **endpoint.auth_headers()}
         timing = RequestTiming(sent_s=time.monotonic(), prompt_tokens=len(planned.prompt), choices=planned.choices,
                                max_tokens=planned.max_tokens)
         counted = timing.choice_tokens
         self.timings.append(timing)
-        url = self.endpoint.v1 + "/completions"
+        url = endpoint.v1 + "/completions"
         try:
             async with self.http.stream("POST", url, content=orjson.dumps(body), headers=headers,
                                         timeout=httpx.Timeout(self.request_timeout_s, connect=10.0)) as response:
@@ -281,13 +297,16 @@ class LoadGenerator:
     async def _prime(self, streams: Sequence[StreamPlan]) -> None:
         """Compute a replay's common prefix once before the streams start, as the app's fleet
         primes the prefix cache with its shared system prompt before its sessions start (else
-        every stream's first request computes it in the same step). Not measured; a refusal
-        shows in the run itself."""
+        every stream's first request computes it in the same step), on every engine. Not
+        measured; a refusal shows in the run itself."""
         prefix = next((s.common_prefix for s in streams if isinstance(s, ReplayStream) and s.common_prefix), None)
         if not prefix:
             return
-        await self._request(PlannedRequest(list(prefix), 1))
+        await asyncio.gather(*(self._request(PlannedRequest(list(prefix), 1), e) for e in self.endpoints))
         self.timings.clear()
+
+    async def _read_metrics(self) -> list[MetricsReading | None]:
+        return list(await asyncio.gather(*(read_metrics(self.http, e) for e in self.endpoints)))
 
     async def run(self) -> BenchResult:
         w = self.workload
@@ -299,9 +318,9 @@ class LoadGenerator:
         stop = asyncio.Event()
         issued = 0
         arrivals: asyncio.Queue[None] | None = asyncio.Queue() if w.request_rate_per_s else None
-        metrics_at: dict[str, MetricsReading | None] = {}
+        metrics_at: dict[str, list[MetricsReading | None]] = {}
 
-        async def stream_worker(plan: StreamPlan) -> None:
+        async def stream_worker(plan: StreamPlan, endpoint: Endpoint) -> None:
             nonlocal issued
             while not stop.is_set():
                 if arrivals is not None:
@@ -311,7 +330,7 @@ class LoadGenerator:
                 if w.max_requests is not None and issued >= w.max_requests:
                     return
                 issued += 1
-                timing = await self._request(plan.next())
+                timing = await self._request(plan.next(), endpoint)
                 if timing.error and self._first_error is None:
                     self._first_error = timing.error
                 plan.completed(timing.output_ids if timing.done else None)
@@ -327,11 +346,13 @@ class LoadGenerator:
 
         async def clock() -> None:
             await asyncio.sleep(max(0.0, window_start - time.monotonic()))
-            metrics_at["start"] = await read_metrics(self.http, self.endpoint)
+            metrics_at["start"] = await self._read_metrics()
             await asyncio.sleep(max(0.0, window_end - time.monotonic()))
             stop.set()
 
-        workers = [asyncio.create_task(stream_worker(s), name=f"loadgen-stream-{i}") for i, s in enumerate(streams)]
+        engines = self.endpoints
+        workers = [asyncio.create_task(stream_worker(s, engines[i % len(engines)]), name=f"loadgen-stream-{i}")
+                   for i, s in enumerate(streams)]
         helpers = [asyncio.create_task(clock(), name="loadgen-clock")]
         if arrivals is not None:
             helpers.append(asyncio.create_task(dispatcher(), name="loadgen-arrivals"))
@@ -347,12 +368,12 @@ class LoadGenerator:
             for task in [*workers, *helpers]:
                 task.cancel()
             await asyncio.gather(*workers, *helpers, return_exceptions=True)
-        metrics_at["end"] = await read_metrics(self.http, self.endpoint)
+        metrics_at["end"] = await self._read_metrics()
         if not any(t.output_tokens for t in self.timings) and self._first_error:
             raise LoadError(f"the endpoint refused the benchmark's requests: {self._first_error}")
         return self._result(window_start, max(t_end, window_start + 1e-3), metrics_at)
 
-    def _result(self, start: float, end: float, metrics_at: dict[str, MetricsReading | None]) -> BenchResult:
+    def _result(self, start: float, end: float, metrics_at: dict[str, list[MetricsReading | None]]) -> BenchResult:
         span = end - start
         out_tokens = sum(n for t in self.timings for (ts, n, _) in t.chunks if start <= ts <= end)
         prompt_tokens = sum(t.prompt_tokens for t in self.timings
@@ -381,11 +402,11 @@ class LoadGenerator:
                 if index in prev and start <= ts <= end:
                     itls.append(ts - prev[index])
                 prev[index] = ts
-        a, b = metrics_at.get("start"), metrics_at.get("end")
-        queries = counter_delta(a, b, "prefix_cache_queries")
-        hits = counter_delta(a, b, "prefix_cache_hits")
-        drafts = counter_delta(a, b, "spec_draft_tokens")
-        accepted = counter_delta(a, b, "spec_accepted_tokens")
+        a, b = metrics_at.get("start") or [], metrics_at.get("end") or []
+        queries = counters_delta(a, b, "prefix_cache_queries")
+        hits = counters_delta(a, b, "prefix_cache_hits")
+        drafts = counters_delta(a, b, "spec_draft_tokens")
+        accepted = counters_delta(a, b, "spec_accepted_tokens")
         notes = []
         if self._first_error:
             notes.append(f"first error: {self._first_error[:200]}")
@@ -404,9 +425,9 @@ class LoadGenerator:
             itl=LatencyStats.of_seconds(itls), e2e=LatencyStats.of_seconds(e2es), slo=self.slo,
             goodput_req_s=good / span, goodput_pct=(100.0 * good / len(completed)) if completed else None,
             prefix_cache_hit_rate=(hits / queries) if hits is not None and queries else None,
-            preemptions=counter_delta(a, b, "preemptions"),
+            preemptions=counters_delta(a, b, "preemptions"),
             spec_acceptance_rate=(accepted / drafts) if accepted is not None and drafts else None,
-            endpoint=self.endpoint.base_url, notes=tuple(notes), ended_early=short,
+            endpoint=" + ".join(e.base_url for e in self.endpoints), notes=tuple(notes), ended_early=short,
         )
 
 

@@ -104,8 +104,31 @@ class Trial:
     candidate: Candidate | None = None
     reference: bool = False
     launcher: EngineLauncher | None = None
+    """Its (first) engine; None until it serves."""
+    more: list[EngineLauncher] = field(default_factory=list)
+    """The further engines of a profile of several on the GPU (:attr:`Profile.engines_per_gpu`)."""
     start_s: float | None = None
     error: str | None = None
+
+    @property
+    def engines(self) -> int:
+        """Engines this trial runs (its profile's count on the GPU)."""
+        return max(1, self.profile.engines_per_gpu or 1)
+
+    @property
+    def launchers(self) -> list[EngineLauncher]:
+        return [] if self.launcher is None else [self.launcher, *self.more]
+
+    @property
+    def endpoints(self) -> list[Endpoint]:
+        """Where its load goes: every engine, the streams spread over them."""
+        return [launcher.endpoint for launcher in self.launchers]
+
+    async def stop(self) -> None:
+        for launcher in self.launchers:
+            with contextlib.suppress(Exception):
+                await launcher.stop()
+        self.launcher, self.more = None, []
 
 
 @dataclass(slots=True)
@@ -132,7 +155,7 @@ class Measured:
 
     def summary(self) -> dict[str, Any]:
         t = self.trial
-        return {"label": t.label, "args": list(t.profile.args), "env": dict(t.profile.env),
+        return {"label": t.label, "args": list(t.profile.args), "env": dict(t.profile.env), "engines": t.engines,
                 "output_tok_s": round(self.mean, 1) if self.results else None,
                 "runs_tok_s": [round(x, 1) for x in self.runs], "cv_pct": round(cv_pct(self.runs), 2),
                 "ttft_p95_ms": self.ttft_p95_ms, "ttft_p50_ms": _mean([r.ttft.p50_ms for r in self.results]),
@@ -201,8 +224,8 @@ class ScreeningTuner:
         self.sequences_per_session = max(1, sequences_per_session)
         self.trials: list[Trial] = []
         self.not_applicable: list[tuple[Candidate, str]] = []
-        self.run_probe: Callable[[EngineLauncher], RunObserver] | None = None
-        """Made per run around its window, given the engine that serves it (a benchmark's hook:
+        self.run_probe: Callable[[Sequence[EngineLauncher]], RunObserver] | None = None
+        """Made per run around its window, given the engines that serve it (a benchmark's hook:
         the GPU suite records each engine process's CPU there)."""
         self.agent_check: Callable[[Endpoint], Awaitable[AgentCheck]] | None = None
         """Real agent sessions against one engine (:mod:`workstation.tuning.agent_check`): a
@@ -221,32 +244,44 @@ class ScreeningTuner:
         return "; ".join(errors) or None
 
     def trial_profile(self, candidate: Candidate) -> Profile:
-        base = self.baseline
-        return Profile(name=f"{base.name}+{safe_name(candidate.change)}"[:64], description=candidate.change,
-                       args=tuple(apply_changes(list(base.args), list(candidate.args))),
-                       env=tuple(sorted({**dict(base.env), **dict(candidate.env)}.items())),
-                       platforms=base.platforms)
+        return candidate.applied_to(self.baseline, f"{self.baseline.name}+{safe_name(candidate.change)}"[:64])
 
     @property
     def base(self) -> Trial:
         return self.trials[0]
 
     async def _start_one(self, trial: Trial, delay_s: float) -> None:
+        """The trial's engines, together: each has the round's fixed KV cache, so no start
+        depends on what another took (:class:`SideBySide`); each of a trial of *k* engines is
+        sized by the launcher for its share of the sessions (``engines_on_device``), as the
+        app's own are."""
         await asyncio.sleep(delay_s)
-        launcher = Launchers(self.settings, self.engine, self.model,
-                             sequences_per_session=self.sequences_per_session)(
-            trial.profile, self.env, log_dir=self.log_dir / safe_name(trial.label), extra_args=self.side.args(),
-            gpu_memory=self._gpu_memory, sessions=self.sessions)
+        k = trial.engines
+        make = Launchers(self.settings, self.engine, self.model, sequences_per_session=self.sequences_per_session)
+        log_dir = self.log_dir / safe_name(trial.label)
+        launchers = [make(trial.profile, self.env, log_dir=log_dir if k == 1 else log_dir / f"engine{i + 1}",
+                          extra_args=self.side.args(), gpu_memory=self._gpu_memory, sessions=self.sessions,
+                          **({"engines_on_device": k, "place": i + 1} if k > 1 else {}))
+                     for i in range(k)]
         t0 = time.monotonic()
-        try:
-            await launcher.start(lambda m: self.progress.emit(f"  [{trial.label}] {m}"))
-        except Exception as exc:  # noqa: BLE001 - a change that breaks the engine is a result
-            trial.error = f"did not start: {str(exc).splitlines()[0][:200]}"
+
+        def said(i: int) -> Callable[[str], None]:
+            tag = trial.label if k == 1 else f"{trial.label} {i + 1}/{k}"
+            return lambda m: self.progress.emit(f"  [{tag}] {m}")
+
+        results = await asyncio.gather(*(launcher.start(said(i)) for i, launcher in enumerate(launchers)),
+                                       return_exceptions=True)
+        failed = next((r for r in results if isinstance(r, BaseException)), None)
+        if failed is not None:
+            if not isinstance(failed, Exception):
+                raise failed
+            trial.error = f"did not start: {str(failed).splitlines()[0][:200]}"
             self.progress.emit(f"  [{trial.label}] {trial.error}")
-            with contextlib.suppress(Exception):
-                await launcher.stop()
+            for launcher in launchers:
+                with contextlib.suppress(Exception):
+                    await launcher.stop()
             return
-        trial.launcher, trial.start_s = launcher, time.monotonic() - t0
+        trial.launcher, trial.more, trial.start_s = launchers[0], launchers[1:], time.monotonic() - t0
 
     async def _start_all(self, trials: Sequence[Trial]) -> None:
         await asyncio.gather(*(self._start_one(t, i * self.start_stagger_s) for i, t in enumerate(trials)))
@@ -263,7 +298,7 @@ class ScreeningTuner:
             trials.append(Trial(cand.change, profile, candidate=cand))
         trials += [Trial(f"reference ({p.name})", p, reference=True) for p in self.references]
         self.trials = trials
-        self.progress.emit(f"starting {len(trials)} engines side by side "
+        self.progress.emit(f"starting {sum(t.engines for t in trials)} engines side by side for {len(trials)} trials "
                            f"(KV cache {self.side.kv_cache_bytes / GIB:.1f} GiB each)")
         await self._start_all(trials)
         if self.base.launcher is None:
@@ -271,9 +306,7 @@ class ScreeningTuner:
 
     async def close(self) -> None:
         for t in self.trials:
-            if t.launcher is not None:
-                await t.launcher.stop()
-                t.launcher = None
+            await t.stop()
 
     async def _measure(self, trials: Sequence[Trial], workload: Workload, shape: TrafficShape | None) -> list[Measured]:
         """``repeats`` windows on every running engine, in turns.
@@ -297,12 +330,13 @@ class ScreeningTuner:
                 if t.launcher is None:
                     continue
                 context = BenchContext(profile=t.profile, engine=self.engine, model=self.model, hardware=hardware)
-                probe = self.run_probe(t.launcher) if self.run_probe is not None else None
+                probe = self.run_probe(t.launchers) if self.run_probe is not None else None
                 if probe is not None:
                     probe.start()
                 tokens = 0
                 try:
-                    result = await run_workload(self.http, t.launcher.endpoint, w, context, shape=shape,
+                    target = t.endpoints if t.more else t.launcher.endpoint
+                    result = await run_workload(self.http, target, w, context, shape=shape,
                                                 slo=self.slo, store=self.store)
                     tokens = result.output_tokens
                 except Exception as exc:  # noqa: BLE001 - recorded; the round goes on
@@ -324,13 +358,14 @@ class ScreeningTuner:
     @staticmethod
     def combine(baseline: Profile, kept: Sequence[tuple[Candidate, float]]) -> Profile:
         """The baseline with every kept change, the bigger gain winning a flag two of them set."""
-        args, env = list(baseline.args), dict(baseline.env)
+        args, env, engines = list(baseline.args), dict(baseline.env), baseline.engines_per_gpu
         for cand, _gain in sorted(kept, key=lambda k: k[1]):
             args = apply_changes(args, list(cand.args))
             env.update(dict(cand.env))
+            engines = cand.engines if cand.engines is not None else engines
         label = " + ".join(c.change for c, _ in kept)
         return Profile(name=f"tuned-{baseline.name}", description=f"screened: {label}", args=tuple(args),
-                       env=tuple(sorted(env.items())), platforms=baseline.platforms)
+                       env=tuple(sorted(env.items())), platforms=baseline.platforms, engines_per_gpu=engines)
 
     @staticmethod
     def _step(index: int, m: Measured, delta: float | None, kept: bool, note: str = "") -> TuneStep:
@@ -386,7 +421,8 @@ class ScreeningTuner:
     async def _check_agents(self, kept: list[tuple[Candidate, float]], measured: Sequence[Measured],
                             report: TuneReport, record: dict[str, Any]) -> list[tuple[Candidate, float]]:
         """The kept changes whose real agent sessions hold up against the baseline's; the
-        others' steps say why they were refused. ``record`` gets every check's figures."""
+        others' steps say why they were refused. ``record`` gets every check's figures. A trial
+        of several engines is checked on its first (the others run the same flags)."""
         assert self.agent_check is not None
         base = measured[0].trial
         if base.launcher is None:
@@ -446,8 +482,7 @@ class ScreeningTuner:
             screening.outcome = {**screening.outcome, "confirm": {"combined": m_combo.summary(),
                                                                  "baseline": again.summary(), "note": note}}
         report.elapsed_s += time.monotonic() - t0
-        await combo.launcher.stop()
-        combo.launcher = None
+        await combo.stop()
 
     async def run(self, workload: Workload, shape: TrafficShape | None = None, *, name: str = "workload") -> Screening:
         await self.start()
