@@ -113,3 +113,15 @@ def git_repo(tmp_path: Path) -> Path:
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
     return [f"git: {shutil.which('git')}", f"QT_QPA_PLATFORM={os.environ.get('QT_QPA_PLATFORM')}"]
+
+
+# The services tests' settings (test_services.py, test_services_engines.py): a data directory of
+# their own and no engine settings from the caller's environment. tests/ui has its own.
+@pytest.fixture
+def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("WORKSTATION_DATA_DIR", str(tmp_path / "data"))
+    for key in [k for k in os.environ if k.startswith("WORKSTATION_ENGINE__")]:
+        monkeypatch.delenv(key)
+    from workstation.config import load_settings
+
+    return load_settings()

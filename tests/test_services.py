@@ -6,7 +6,6 @@ meters scrape it and mark its pid, the fleet's router sends sessions to it. Fake
 from __future__ import annotations
 
 import itertools
-import os
 from pathlib import Path
 
 import pytest
@@ -53,16 +52,6 @@ class Engine(FakeLauncher):
         self.pid = None
         self.state = EngineState.STOPPED
         self.state_changed.emit(self.state, "")
-
-
-@pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("WORKSTATION_DATA_DIR", str(tmp_path / "data"))
-    for key in [k for k in os.environ if k.startswith("WORKSTATION_ENGINE__")]:
-        monkeypatch.delenv(key)
-    from workstation.config import load_settings
-
-    return load_settings()
 
 
 def never_called(setup):  # type: ignore[no-untyped-def]

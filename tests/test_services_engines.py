@@ -7,7 +7,6 @@ restart of every engine. GPU facts are data (NVML stood in); engines are fakes
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 from typing import Any
 
@@ -23,16 +22,6 @@ from workstation.engine.host import EngineHost
 from workstation.services import Services
 from workstation.tuning.placement import Placement
 from workstation.tuning.store import TuningStore
-
-
-@pytest.fixture
-def settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
-    monkeypatch.setenv("WORKSTATION_DATA_DIR", str(tmp_path / "data"))
-    for key in [k for k in os.environ if k.startswith("WORKSTATION_ENGINE__")]:
-        monkeypatch.delenv(key)
-    from workstation.config import load_settings
-
-    return load_settings()
 
 
 def _gpus(monkeypatch: pytest.MonkeyPatch, count: int) -> list[int]:
