@@ -80,6 +80,21 @@ def test_cuda_candidates_lead_with_what_cuts_host_work_and_have_no_duplicates():
     assert "--enforce-eager" not in base and "--no-enforce-eager" not in flags  # the GPU default is not eager
 
 
+def test_guided_agents_get_two_engines_with_llguidance_first_on_cuda():
+    """The H200's agent round: two engines lost to their xgrammar pools' CPU; llguidance takes
+    1.2 cores, so the pair with it leads where the agents' replies are held to a grammar."""
+    from dataclasses import replace
+
+    base = list(flatten(PRESETS["default"], PRESETS, platform="cuda").args)
+    guided = candidates_for("cuda", replace(LLAMA, structured_outputs=True), concurrency=32, base_args=base)
+    first = guided[0]
+    assert (first.change, first.engines) == ("2 engines on each GPU, llguidance, no async scheduling", 2)
+    assert split_flags(list(first.args)) == {"--structured-outputs-config": ['{"backend":"guidance"}'],
+                                             "--no-async-scheduling": []}
+    assert [c.engines for c in guided[1:3]] == [2, 4]
+    assert first.change not in {c.change for c in candidates_for("cuda", LLAMA, concurrency=32, base_args=base)}
+
+
 @pytest.mark.engine  # the CLI reads the installed engine's options before it looks for a GPU
 def test_side_by_side_without_a_gpu_is_refused_in_words(monkeypatch, capsys):
     from workstation import cli
