@@ -42,6 +42,7 @@ from workstation.core.endpoints import Endpoint
 from workstation.core.errors import UserError
 from workstation.core.engine_sizing import GpuMemory, ModelShape, Sizing, SizingError, size_engine
 from workstation.core.profiles import PRESETS, Profile, apply_changes, effective, split_flags
+from workstation.engine.cpu_dtype import FLOAT32, dtype_note, host_engine_dtype
 from workstation.engine.environment import EngineInstall
 from workstation.engine.flags import validate_args
 from workstation.engine.lora import RUNTIME_ENV, Adapter, find_adapters, lora_args
@@ -101,16 +102,17 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
-def cpu_kv_cache_bytes(requested_gib: float | None) -> int:
+def cpu_kv_cache_bytes(requested_gib: float | None, *, bytes_per_value: int = 2) -> int:
     """KV cache for the CPU engine: enough for 32 agents where memory allows.
 
-    SmolLM2 needs ~23 KB per token; 4 GiB holds ~186k tokens (32 agents x ~5.8k).
-    Capped at a third of the memory that is available now, at least 512 MiB.
+    SmolLM2 needs ~23 KB per token in bf16; 4 GiB holds ~186k tokens (32 agents x ~5.8k); a
+    float32 engine (``bytes_per_value=4``, ``engine/cpu_dtype.py``) gets twice the bytes for
+    as many tokens. Capped at a third of the memory that is available now, at least 512 MiB.
     """
     if requested_gib is not None:
         return int(requested_gib * GIB)
     available = psutil.virtual_memory().available
-    size = min(4 * GIB, int(available / 3))
+    size = min(4 * GIB * max(1, bytes_per_value // 2), int(available / 3))
     size -= size % (256 << 20)
     return max(size, 512 << 20)
 
@@ -152,6 +154,7 @@ class EngineLauncher:
         port: int | None = None,
         env: dict[str, str] | None = None,
         gpu_memory: Callable[[], list[GpuMemory]] | None = None,
+        host_dtype: Callable[[], str | None] = host_engine_dtype,
         sessions: int | None = None,
         sequences_per_session: int = 1,
         name: str | None = None,
@@ -164,7 +167,8 @@ class EngineLauncher:
         request of ``sequences_per_session`` sequences in flight (the guided protocol's n); ``name``:
         its endpoint's name (default ``managed:<model>``; several engines need one each);
         ``engines_on_device``: engines sharing this one's GPUs, itself included, of which it
-        starts ``place``-th (its share of their memory and of the sessions)."""
+        starts ``place``-th (its share of their memory and of the sessions); ``host_dtype``:
+        the CPU engine's data type for this host (``engine/cpu_dtype.py``)."""
         self.settings = settings
         self.engine = engine
         self.model = model
@@ -185,6 +189,9 @@ class EngineLauncher:
         self.engines_on_device = max(1, engines_on_device)
         self.place = max(1, place)
         self._gpu_memory = gpu_memory
+        self._host_dtype = host_dtype
+        self.chosen_dtype: str | None = None
+        """The ``--dtype`` the app chose for the last command (CPU hosts without AVX-512)."""
         self.sizing: Sizing | None = None
         """What the last start sized (CUDA only)."""
         self.env_notes: list[str] = []
@@ -271,8 +278,12 @@ class EngineLauncher:
         parser = self.tool_call_parser()
         if parser is not None:
             base += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
+        dtype = self.chosen_dtype = self.cpu_dtype(profile_args)
         if self.engine.platform == "cpu":
-            base += ["--kv-cache-memory-bytes", str(cpu_kv_cache_bytes(self.settings.engine.kv_cache_gib))]
+            kv = cpu_kv_cache_bytes(self.settings.engine.kv_cache_gib, bytes_per_value=4 if dtype == FLOAT32 else 2)
+            base += ["--kv-cache-memory-bytes", str(kv)]
+        if dtype is not None:
+            base += ["--dtype", dtype]
         base += self.lora_args()
         args = apply_changes(base, profile_args)
         share = values.get("gpu_memory_utilization")
@@ -280,6 +291,13 @@ class EngineLauncher:
             args = apply_changes(args, ["--gpu-memory-utilization", share])
         args = apply_changes(args, self.extra_args)
         return [*self.engine.vllm_argv, "serve", self.model.source, *args]
+
+    def cpu_dtype(self, profile_args: list[str]) -> str | None:
+        """The data type the app chooses for a CPU engine on this host (None: vLLM's own), unless
+        the profile or the user's extra args name one."""
+        if self.engine.platform != "cpu" or "--dtype" in split_flags([*profile_args, *self.extra_args]):
+            return None
+        return self._host_dtype()
 
     def adapters(self) -> tuple[Adapter, ...]:
         """The LoRA adapters of ``engine.lora_dir`` (none without it)."""
@@ -353,6 +371,9 @@ class EngineLauncher:
             for note in self.sizing.notes:
                 self._log_file.write(f"sizing: {note}\n")
                 say(f"  sizing: {note}")
+        if self.chosen_dtype is not None:
+            self._log_file.write(f"dtype: {dtype_note(self.chosen_dtype)}\n")
+            say(f"  dtype: {dtype_note(self.chosen_dtype)}")
         for note in self.env_notes:
             self._log_file.write(f"environment: {note}\n")
             say(f"  environment: {note}")
