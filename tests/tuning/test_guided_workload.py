@@ -133,7 +133,9 @@ async def test_the_docks_bench_picks_the_built_in_workload_by_the_served_model(t
 async def test_the_dev_engine_takes_the_guided_built_in_requests_and_every_token_counts_once(smollm2_engine):
     from workstation.engine.http import make_http_client
 
-    w = agent_like_workload(concurrency=2, duration_s=120.0, warmup_s=0.0, max_requests=6,
+    # bounded by its 6 requests; the window only has to outlast them on a slow host (a 2-core
+    # CPU without AVX2 cut 2 of them at 120 s)
+    w = agent_like_workload(concurrency=2, duration_s=420.0, warmup_s=0.0, max_requests=6,
                             guided_choices=guided_draft_choices())
     async with make_http_client() as http:
         gen = LoadGenerator(http, smollm2_engine, w, max_context=8192)

@@ -34,7 +34,9 @@ def test_headless_demo_records_a_playable_video_of_the_sessions(tmp_path, smollm
 
 
 def test_headless_fleet_demo_prints_a_table_and_a_summary(tmp_path, smollm2_engine):
-    result = _demo(tmp_path, smollm2_engine, "--sessions", "2", "--duration", "15")
+    # long enough for a first turn to end on a slow host: on a 2-core CPU without AVX2 the first
+    # turns ended ~40 s after the sessions started (none within 15 s or 45 s)
+    result = _demo(tmp_path, smollm2_engine, "--sessions", "2", "--duration", "90")
     assert result.returncode == 0, result.stderr[-2000:]
     last = result.stdout.strip().splitlines()[-1]
     assert '"sessions":2' in last and '"completion_tokens"' in last
