@@ -27,17 +27,25 @@ FLOAT32 = "float32"
 X86 = frozenset({"x86_64", "amd64"})
 
 
-def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> frozenset[str]:
-    """The first processor's feature flags (empty where they cannot be read)."""
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def cpuinfo_field(name: str, cpuinfo: Path = CPUINFO) -> str | None:
+    """The first processor's ``name`` line of ``/proc/cpuinfo`` (None where it cannot be read)."""
     try:
         with cpuinfo.open(encoding="utf-8", errors="replace") as f:
             for line in f:
                 key, _, value = line.partition(":")
-                if key.strip() == "flags":
-                    return frozenset(value.split())
+                if key.strip() == name:
+                    return value.strip()
     except OSError:
         pass
-    return frozenset()
+    return None
+
+
+def cpu_flags(cpuinfo: Path = CPUINFO) -> frozenset[str]:
+    """The first processor's feature flags (empty where they cannot be read)."""
+    return frozenset((cpuinfo_field("flags", cpuinfo) or "").split())
 
 
 def engine_dtype(flags: Iterable[str], machine: str) -> str | None:

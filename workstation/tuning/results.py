@@ -17,6 +17,7 @@ from typing import Any
 import psutil
 
 from workstation.core.traffic import percentile
+from workstation.engine.cpu_dtype import cpuinfo_field
 
 RESULT_VERSION = 1
 
@@ -114,15 +115,7 @@ class Workload:
 
 def describe_hardware(gpus: Sequence[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """CPU model, cores, memory and GPUs (names, from NVML where there is one)."""
-    cpu_model = _platform.processor() or ""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    cpu_model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    cpu_model = cpuinfo_field("model name") or _platform.processor() or ""
     if gpus is None:
         from workstation.tuning.placement import gpu_inventory
 
