@@ -25,8 +25,6 @@ from pathlib import Path
 
 FLOAT32 = "float32"
 X86 = frozenset({"x86_64", "amd64"})
-
-
 CPUINFO = Path("/proc/cpuinfo")
 
 

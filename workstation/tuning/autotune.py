@@ -148,13 +148,11 @@ def candidates_for(platform: str, traits: ModelTraits, *, concurrency: int, base
             # Measured on an H200 with the fleet's captured agent shape (2026-12-02): GPU busy
             # 11 % of the time while the engine-core process took 7.6-8.6 cores, 2.0-3.3 ms of
             # CPU per generated token, compiling each request's grammar (xgrammar) in its pool
-            # of (cores + 1) // 2 threads and filling masks; with llguidance 1.2 cores. One
-            # engine's pool and step loop are the limit, so a second engine on the same GPU
-            # (half the memory and the sessions each) doubles both where the cores are free.
-            # The same round's successor (2026-12-02, afternoon): two engines lost 20.9 %, their two
-            # xgrammar pools taking 12.5-13.6 of the host's 16 cores (time per token 15.1 ->
-            # 18.6 ms); with llguidance (no async scheduling, where it holds the agents' grammar)
-            # one engine core took 1.2 cores and gained 2.9 %: its single step-loop thread is the
+            # of (cores + 1) // 2 threads and filling masks; with llguidance 1.2 cores. Two
+            # engines on the GPU (half the memory and the sessions each), measured next: -20.9 %,
+            # their two xgrammar pools taking 12.5-13.6 of the host's 16 cores (time per token
+            # 15.1 -> 18.6 ms). With llguidance (no async scheduling, where it holds the agents'
+            # grammar) one engine core took 1.2 cores (+2.9 %): its one step-loop thread is the
             # limit then, which a second engine doubles without the pools' contention.
             *([Candidate.of(GUIDANCE_SYNC.args, engines=2, label="2 engines on each GPU, llguidance, no async scheduling")]
               if traits.structured_outputs else []),
