@@ -11,6 +11,8 @@ printf '\n== layering contracts (import-linter)\n'
 .venv/bin/lint-imports
 
 printf '\n== test suite\n'
+# which host ran it: the engine tests' time depends on the cores and on AVX-512 (ENGINE.md)
+echo "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs), avx512f: $(grep -qw avx512f /proc/cpuinfo && echo yes || echo no)"
 set +e
 .venv/bin/python -m pytest "$@"
 rc=$?

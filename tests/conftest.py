@@ -22,7 +22,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from tests.helpers.prerequisites import installed_engine, prepared_model, require_bwrap  # noqa: E402
 from workstation.core.endpoints import Endpoint  # noqa: E402
 
-pytest_plugins = ["tests.helpers.marker_counts"]
+pytest_plugins = ["tests.helpers.marker_counts", "tests.helpers.slow_log"]
 
 
 @pytest.fixture(autouse=True)
