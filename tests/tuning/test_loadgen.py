@@ -379,3 +379,29 @@ async def test_a_load_over_several_engines_keeps_each_stream_on_one_and_sums_the
     assert result.completed == 8 and result.output_tokens == 32
     assert result.prefix_cache_hit_rate is not None and result.prefix_cache_hit_rate > 0
     assert result.endpoint == f"{one.base_url} + {two.base_url}"
+
+
+def test_another_seed_replays_the_same_requests_with_new_contents_and_regexes():
+    """What a screening repeat changes (its seed): the sizes, choices and sharing of every
+    request stay; the tokens and each request's regex are new to the engine's caches."""
+    from workstation.tuning.workload import replay_streams
+
+    records = [rec("a", 0, 100, 12, constraint="regex", chars=120), rec("a", 1, 130, 30, choices=3,
+                                                                        constraint="regex", shared=100),
+               rec("b", 0, 90, 8, constraint="regex", chars=80)]
+    shape = shape_from_records("g", records, common_prefix_tokens=20)
+
+    def play(seed):
+        out = []
+        for stream in replay_streams(shape, TokenSource(range(100, 400), seed=seed), 2):
+            for _ in range(3):
+                planned = stream.next()
+                out.append(planned)
+                stream.completed([7] * planned.max_tokens)
+        return out
+
+    first, again, other = play(1), play(1), play(2)
+    assert [(p.prompt, p.regex) for p in first] == [(p.prompt, p.regex) for p in again]
+    assert [(len(p.prompt), p.max_tokens, p.choices, len(p.regex or "")) for p in first] == \
+        [(len(p.prompt), p.max_tokens, p.choices, len(p.regex or "")) for p in other]
+    assert all(p.prompt != q.prompt and p.regex != q.regex for p, q in zip(first, other))

@@ -80,18 +80,20 @@ def test_cuda_candidates_lead_with_what_cuts_host_work_and_have_no_duplicates():
     assert "--enforce-eager" not in base and "--no-enforce-eager" not in flags  # the GPU default is not eager
 
 
-def test_guided_agents_get_two_engines_with_llguidance_first_on_cuda():
+def test_guided_agents_get_two_and_four_engines_with_llguidance_first_on_cuda():
     """The H200's agent round: two engines lost to their xgrammar pools' CPU; llguidance takes
-    1.2 cores, so the pair with it leads where the agents' replies are held to a grammar."""
+    1.2 cores, so two and four engines with it lead where the agents' replies are held to a grammar."""
     from dataclasses import replace
 
     base = list(flatten(PRESETS["default"], PRESETS, platform="cuda").args)
     guided = candidates_for("cuda", replace(LLAMA, structured_outputs=True), concurrency=32, base_args=base)
     first = guided[0]
-    assert (first.change, first.engines) == ("2 engines on each GPU, llguidance, no async scheduling", 2)
-    assert split_flags(list(first.args)) == {"--structured-outputs-config": ['{"backend":"guidance"}'],
-                                             "--no-async-scheduling": []}
-    assert [c.engines for c in guided[1:3]] == [2, 4]
+    assert [(c.change, c.engines) for c in guided[:2]] == [
+        ("2 engines on each GPU, llguidance, no async scheduling", 2),
+        ("4 engines on each GPU, llguidance, no async scheduling", 4)]
+    assert split_flags(list(first.args)) == split_flags(list(guided[1].args)) == {
+        "--structured-outputs-config": ['{"backend":"guidance"}'], "--no-async-scheduling": []}
+    assert [c.engines for c in guided[2:4]] == [2, 4]
     assert first.change not in {c.change for c in candidates_for("cuda", LLAMA, concurrency=32, base_args=base)}
 
 
@@ -133,7 +135,7 @@ def test_side_by_side_gives_the_trial_engines_the_users_env_and_sizes_by_the_gpu
     assert "CUDA_VISIBLE_DEVICES=7" in capsys.readouterr().err
 
 
-async def test_every_repeat_replays_the_same_work_and_the_order_turns(tmp_path, monkeypatch):
+async def test_every_repeat_sends_fresh_contents_to_every_engine_alike_and_the_order_turns(tmp_path, monkeypatch):
     from workstation.tuning import screening
 
     tuner = _tuner(tmp_path)
@@ -153,7 +155,11 @@ async def test_every_repeat_replays_the_same_work_and_the_order_turns(tmp_path, 
     w = Workload(kind="synthetic", concurrency=4, input_len=64, output_len=64, seed=7, warmup_s=4.0)
     measured = await tuner._measure(trials, w, None)
     assert [e for e, _, _ in seen] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
-    assert {(seed, warmup) for _, seed, warmup in seen} == {(7, 4.0)}
+    # repeat r: seed 7 + r on every engine (the same sizes and sharing, contents new to the
+    # engine's prefix and grammar caches), the same warm-up
+    assert [(e, seed) for e, seed, _ in seen] == [("a", 7), ("b", 7), ("c", 7), ("b", 8), ("c", 8), ("a", 8),
+                                                  ("c", 9), ("a", 9), ("b", 9)]
+    assert {warmup for _, _, warmup in seen} == {4.0}
     assert [len(m.runs) for m in measured] == [3, 3, 3] and [m.trial.label for m in measured] == ["a", "b", "c"]
 
 
