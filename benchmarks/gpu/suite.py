@@ -455,8 +455,15 @@ def copy_out(results: Results, out: Path | None, settings_logs: Path) -> None:
     results.save()
     # the engine's `vllm serve --help=all` as the tuner read it: the CUDA build's options, to
     # check the CUDA profiles against on a machine without that build
-    for help_text in sorted(load_settings().cache_dir.glob("vllm-serve-help-*.txt")):
+    from workstation.tuning.store import TuningStore
+
+    settings = load_settings()
+    for help_text in sorted(settings.cache_dir.glob("vllm-serve-help-*.txt")):
         (out / help_text.name).write_text(help_text.read_text())
+    # the captured traffic shapes, whole: a later machine tunes against the same one
+    # (`--shape path.json`) without re-running the fleet that captured it
+    for shape in sorted(TuningStore(settings.data_dir).shapes_dir.glob("*.json")):
+        (out / f"shape-{shape.name}").write_text(shape.read_text())
     tails = []
     for log in sorted(settings_logs.glob("gpu-*/**/engine.log")) + sorted(settings_logs.glob("gpu-*/engine.log")):
         lines = log.read_text(errors="replace").splitlines()[-60:]

@@ -154,7 +154,10 @@ def candidates_for(platform: str, traits: ModelTraits, *, concurrency: int, base
             # 15.1 -> 18.6 ms). With llguidance (no async scheduling, where it holds the agents'
             # grammar) one engine core took 1.2 cores (+2.9 %): its one step-loop thread is the
             # limit then, which a second engine doubles without the pools' contention.
-            *([Candidate.of(GUIDANCE_SYNC.args, engines=2, label="2 engines on each GPU, llguidance, no async scheduling")]
+            # Four: the host's 16 cores hold four step loops, an API server each and the agents
+            # with room; the GPU, busy 11 % of the time for one engine, holds four.
+            *([Candidate.of(GUIDANCE_SYNC.args, engines=2, label="2 engines on each GPU, llguidance, no async scheduling"),
+               Candidate.of(GUIDANCE_SYNC.args, engines=4, label="4 engines on each GPU, llguidance, no async scheduling")]
               if traits.structured_outputs else []),
             Candidate.of([], engines=2),
             Candidate.of([], engines=4),
