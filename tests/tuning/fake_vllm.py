@@ -47,6 +47,8 @@ class FakeEngine:
     ``/metrics`` gauges miss it meanwhile: tokenizing on a busy machine)."""
     constrained_stop_after: int | None = None
     """End a constrained completion after this many tokens (as an engine whose grammar breaks)."""
+    fail_completions: int = 0
+    """Answer this many completions (the first ones) HTTP 500 with vLLM's error body."""
 
 
 class FakeVllm:
@@ -91,6 +93,10 @@ class FakeVllm:
         return httpx.Response(404, json={"error": {"message": "not found"}})
 
     def _completion(self, engine: FakeEngine, body: dict[str, Any]) -> httpx.Response:
+        if engine.fail_completions > 0:
+            engine.fail_completions -= 1
+            return httpx.Response(500, json={"error": {"message": "EngineCore encountered an issue.",
+                                                       "type": "InternalServerError", "code": 500}})
         prompt = body["prompt"]
         n = int(body["max_tokens"])
         seqs = int(body.get("n") or 1)
@@ -172,13 +178,15 @@ class FakeLauncher:
     """What the safe switch needs of an ``EngineLauncher``."""
 
     def __init__(self, vllm: FakeVllm, profile: Profile, env: dict[str, str] | None = None, *,
-                 fail_start: bool = False, start_delay_s: float = 0.05, token_delay_s: float = 0.005) -> None:
+                 fail_start: bool = False, start_delay_s: float = 0.05, token_delay_s: float = 0.005,
+                 fail_completions: int = 0) -> None:
         self.vllm = vllm
         self.profile = profile
         self.env = dict(env or {})
         self.fail_start = fail_start
         self.start_delay_s = start_delay_s
         self.token_delay_s = token_delay_s
+        self.fail_completions = fail_completions
         self.engine: FakeEngine | None = None
         self.stopped = False
 
@@ -195,6 +203,7 @@ class FakeLauncher:
         if self.fail_start:
             raise RuntimeError("engine exited with code 1 during start-up")
         self.engine = self.vllm.add(self.token_delay_s)
+        self.engine.fail_completions = self.fail_completions
         return self.endpoint
 
     async def stop(self) -> None:

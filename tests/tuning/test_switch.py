@@ -105,6 +105,32 @@ async def test_a_new_engine_that_does_not_start_is_rolled_back():
         assert text == "yyy"
 
 
+async def test_a_probe_answered_500_is_tried_again_and_three_500s_roll_back_with_the_engines_words(monkeypatch):
+    from workstation.tuning import switch as switch_mod
+
+    monkeypatch.setattr(switch_mod, "PROBE_RETRY_S", 0.01)
+    vllm = FakeVllm()
+    old = FakeLauncher(vllm, DEFAULT)
+    await old.start()
+    async with vllm.client() as http:
+        clients = [ChatClient(http, old.endpoint, session_id="s")]
+        once = SafeSwitch(http, old, lambda p, env: FakeLauncher(vllm, p, env, fail_completions=1),
+                          clients=clients, drain_poll_s=0.01, settle_s=0.05)
+        report, serving = await once.run(COMPILED)
+        assert report.ok and serving is not old and clients[0].endpoint == serving.endpoint
+
+        made = []
+
+        def always(p, env):
+            made.append(FakeLauncher(vllm, p, env, fail_completions=3))
+            return made[-1]
+
+        report, back = await SafeSwitch(http, serving, always, clients=clients, drain_poll_s=0.01).run(DEFAULT)
+        assert not report.ok and report.rolled_back and back is serving and made[0].stopped
+        assert "answered a probe with HTTP 500: EngineCore encountered an issue. (3 tries, 0.01 s apart)" in report.reason
+        assert clients[0].endpoint == serving.endpoint
+
+
 async def test_a_new_engine_that_dies_while_the_old_drains_is_rolled_back():
     vllm = FakeVllm()
     old = FakeLauncher(vllm, DEFAULT, token_delay_s=0.01)

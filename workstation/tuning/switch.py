@@ -4,7 +4,8 @@ Side by side (a spare GPU, or apart on the CPU):
 
 1. start the new engine (its own port, placement from :mod:`~workstation.tuning.placement`)
    and wait for ``/health``;
-2. probe it with one short completion — it must really serve;
+2. probe it with one short completion — it must really serve (a 5xx is asked again twice,
+   2 s apart, before it counts);
 3. point every client at it (``ChatClient.endpoint`` is reassigned; streams in flight finish
    on the old engine, new requests go to the new one) and call the ``retarget`` callbacks
    (the fleet's router);
@@ -126,6 +127,21 @@ class SwitchReport:
         return {name: getattr(self, name) for name in self.__slots__}  # type: ignore[attr-defined]
 
 
+PROBE_TRIES = 3
+"""How often the probe asks a new engine that answers 5xx before the switch rolls back."""
+PROBE_RETRY_S = 2.0
+
+
+def _engine_message(response: Any) -> str:
+    """``: <message>`` from vLLM's error body (``{"error": {"message": ...}}``), or nothing."""
+    try:
+        error = response.json().get("error")
+        message = error.get("message") if isinstance(error, dict) else error
+    except Exception:  # noqa: BLE001 - not JSON: the status alone
+        return ""
+    return f": {str(message).splitlines()[0][:200]}" if message else ""
+
+
 class SafeSwitch:
     """Switch the live engine to another profile. ``state_changed(SwitchPhase, detail)``."""
 
@@ -197,11 +213,25 @@ class SafeSwitch:
                 await out
 
     async def _probe(self, endpoint: Endpoint) -> None:
+        """One short completion, tried up to :data:`PROBE_TRIES` times :data:`PROBE_RETRY_S`
+        apart while the engine answers 5xx (an engine just past ``/health`` once answered its
+        first request 500 on a loaded 2-core machine, then served); a 4xx (the engine refuses
+        the request as sent: a wrong model name, a bad key) fails at once. The engine's own
+        message goes into the error, so the roll-back says why."""
         headers = endpoint.auth_headers()
         body = {"model": endpoint.model, "prompt": "ok", "max_tokens": 1}
-        response = await self.http.post(endpoint.v1 + "/completions", json=body, headers=headers, timeout=60.0)
-        if response.status_code != 200:
-            raise RuntimeError(f"the new engine answered HTTP {response.status_code} to a probe")
+        for attempt in range(1, PROBE_TRIES + 1):
+            response = await self.http.post(endpoint.v1 + "/completions", json=body, headers=headers, timeout=60.0)
+            if response.status_code == 200:
+                if attempt > 1:
+                    log.info("switch probe answered on try %d", attempt)
+                return
+            why = f"HTTP {response.status_code}{_engine_message(response)}"
+            if response.status_code < 500 or attempt == PROBE_TRIES:
+                tries = f" ({attempt} tries, {PROBE_RETRY_S:g} s apart)" if attempt > 1 else ""
+                raise RuntimeError(f"the new engine answered a probe with {why}{tries}")
+            log.warning("switch probe try %d: %s; trying again in %g s", attempt, why, PROBE_RETRY_S)
+            await asyncio.sleep(PROBE_RETRY_S)
 
     async def _in_flight(self, endpoint: Endpoint) -> int | None:
         """What the old engine's scheduler holds (running + waiting; None: unreadable)."""
