@@ -100,3 +100,61 @@ def test_resolve_directory_without_config_is_refused(tmp_path):
 def test_resolve_hub_id_is_passed_to_vllm(tmp_path):
     spec = resolve_model(Settings(data_dir=tmp_path), "Qwen/Qwen2.5-Coder-7B-Instruct")
     assert spec.local_dir is None and spec.source == "Qwen/Qwen2.5-Coder-7B-Instruct"
+
+
+# transformers 5.17's rebuild of SmolLM2's GGUF tokenizer (see workstation/engine/scripts/byte_level.py)
+CHAIN_517 = {"type": "Sequence", "decoders": [
+    {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+    {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True}]}
+BYTE_LEVEL = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+
+
+def test_a_byte_level_vocabulary_decoded_through_a_sentencepiece_chain_is_rebuilt(tmp_path):
+    from workstation.engine.scripts.byte_level import needs_mending
+
+    def model(name, decoder):
+        tok = {"model": {"type": "BPE"}, "pre_tokenizer": BYTE_LEVEL, "decoder": decoder}
+        d = tmp_path / name
+        _fake_model(d, {"config.json": b"{}", "tokenizer_config.json": b"{}",
+                        "tokenizer.json": json.dumps(tok).encode()}, real_digests=True)
+        return d
+
+    old, good = model("old", CHAIN_517), model("good", BYTE_LEVEL)
+    assert "llguidance would read its tokens as text" in check_model_dir(old, deep=True)
+    assert check_model_dir(old) is None  # the engine still serves it: only a prepare rebuilds it
+    assert check_model_dir(good, deep=True) is None
+    # a sentencepiece vocabulary keeps its own chain
+    assert not needs_mending({"pre_tokenizer": {"type": "Metaspace"}, "decoder": CHAIN_517})
+    assert needs_mending({"pre_tokenizer": {"type": "Sequence", "pretokenizers": [BYTE_LEVEL]}, "decoder": None})
+
+
+@pytest.mark.engine
+def test_the_mended_tokenizer_gives_llguidance_the_newline_byte(tmp_path):
+    """The real thing, in the engine's Python: SmolLM2's tokenizer with 5.17's decoder chain
+    makes llguidance read token 198 ('Ċ') as b'\\xc4\\x8a'; mended, it is b'\\n'."""
+    import subprocess
+
+    from workstation.config import load_settings
+    from workstation.engine.environment import SCRIPTS_DIR
+    from tests.helpers.prerequisites import installed_engine, prepared_model
+
+    settings = load_settings()
+    engine = installed_engine(settings)
+    spec = json.loads((prepared_model(settings, "smollm2").local_dir / "tokenizer.json").read_text())
+    spec["decoder"] = CHAIN_517
+    (tmp_path / "tokenizer.json").write_text(json.dumps(spec))
+    probe = f"""
+import sys; sys.path.insert(0, {str(SCRIPTS_DIR)!r})
+import byte_level, llguidance.hf
+from transformers import PreTrainedTokenizerFast
+tok = PreTrainedTokenizerFast(tokenizer_file={str(tmp_path / "tokenizer.json")!r})
+before = llguidance.hf.from_tokenizer(tok).decode_bytes([198])
+mended = byte_level.mend(tok)
+after = llguidance.hf.from_tokenizer(tok).decode_bytes([198])
+print(repr((before, mended, after, byte_level.mend(tok), tok.decode([198, 1184]))))
+"""
+    out = subprocess.run([str(engine.python), "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    before, mended, after, again, text = eval(out.stdout.strip().splitlines()[-1])
+    assert (before, mended, after, again) == (b"\xc4\x8a", True, b"\n", False)
+    assert text.startswith("\n")

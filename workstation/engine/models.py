@@ -96,6 +96,16 @@ def check_model_dir(path: Path, *, deep: bool = False) -> str | None:
     for needed in ("config.json", "tokenizer_config.json"):
         if needed not in files:
             return f"{path} has no {needed} (an interrupted or overlapping preparation)"
+    if deep and "tokenizer.json" in files:
+        from workstation.engine.scripts.byte_level import needs_mending
+
+        try:
+            spec = json.loads((path / "tokenizer.json").read_text())
+        except (OSError, ValueError):
+            return f"{path / 'tokenizer.json'} cannot be read as JSON (corrupt)"
+        if needs_mending(spec):
+            return (f"{path / 'tokenizer.json'} decodes its byte-level vocabulary through a sentencepiece "
+                    "chain (an older conversion): llguidance would read its tokens as text")
     return None
 
 

@@ -12,7 +12,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from model_manifest import write_manifest  # sibling script
+import byte_level  # sibling scripts
+from model_manifest import write_manifest
 
 
 def say(step, total, text):
@@ -32,6 +33,9 @@ def main():
 
     say(2, total, f"reading {gguf_path.name}")
     tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    if byte_level.mend(tokenizer):
+        print("tokenizer: byte-level vocabulary, decoder set to plain ByteLevel (grammar backends read it)",
+              flush=True)
     loaded = AutoModelForCausalLM.from_pretrained(
         gguf_path.parent, gguf_file=gguf_path.name, dtype=torch.bfloat16
     )
