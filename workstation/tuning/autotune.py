@@ -96,10 +96,13 @@ calls each with no errors on it, as on xgrammar. vLLM 0.26's CUDA build carries 
 
 GUIDANCE_SYNC = Candidate.of([*GUIDANCE.args, "--no-async-scheduling"],
                              label="structured outputs by llguidance, no async scheduling")
-"""llguidance as the CPU engine ran it. On an H200 under async scheduling (vLLM 0.26) it let a
-sampled token escape its mask ("grammar rejected tokens [198] ... Terminating request") and real
-agents made 0.75 tool calls a session instead of 4.25; the CPU engine, where it held, runs
-without async scheduling."""
+"""llguidance as the CPU engine ran it. On an H200 (vLLM 0.26) real agents made 0.75 tool calls a
+session on llguidance instead of 4.25, with async scheduling ("grammar rejected tokens [198]")
+and without it ("token "Ċ" doesn't satisfy the grammar", 2026-12-03): token 198 is the newline,
+which llguidance read as text because that machine's transformers 5.17 had converted SmolLM2's
+tokenizer with a sentencepiece decoder chain (the conversion now writes a plain byte-level one:
+``workstation/engine/scripts/byte_level.py``). Whether async scheduling is safe beside
+llguidance once the tokenizer is right is not measured yet, so these candidates keep it off."""
 
 
 def candidates_for(platform: str, traits: ModelTraits, *, concurrency: int, base_args: Sequence[str],
@@ -153,7 +156,9 @@ def candidates_for(platform: str, traits: ModelTraits, *, concurrency: int, base
             # their two xgrammar pools taking 12.5-13.6 of the host's 16 cores (time per token
             # 15.1 -> 18.6 ms). With llguidance (no async scheduling, where it holds the agents'
             # grammar) one engine core took 1.2 cores (+2.9 %): its one step-loop thread is the
-            # limit then, which a second engine doubles without the pools' contention.
+            # limit then, which a second engine doubles without the pools' contention. Measured
+            # (2026-12-03, noise 5.6 %): 2 engines +56 %, 4 engines +94 % (1.92x vllm-defaults),
+            # both refused by the agent check for the tokenizer fault GUIDANCE_SYNC tells of.
             # Four: the host's 16 cores hold four step loops, an API server each and the agents
             # with room; the GPU, busy 11 % of the time for one engine, holds four.
             *([Candidate.of(GUIDANCE_SYNC.args, engines=2, label="2 engines on each GPU, llguidance, no async scheduling"),
