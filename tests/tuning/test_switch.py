@@ -127,7 +127,7 @@ async def test_a_probe_answered_500_is_tried_again_and_three_500s_roll_back_with
 
         report, back = await SafeSwitch(http, serving, always, clients=clients, drain_poll_s=0.01).run(DEFAULT)
         assert not report.ok and report.rolled_back and back is serving and made[0].stopped
-        assert "answered a probe with HTTP 500: EngineCore encountered an issue. (3 tries, 0.01 s apart)" in report.reason
+        assert "a probe of the new engine: engine answered HTTP 500: EngineCore encountered an issue. (3 tries, 0.01 s apart)" in report.reason
         assert clients[0].endpoint == serving.endpoint
 
 

@@ -47,6 +47,7 @@ from workstation.core.endpoints import Endpoint
 from workstation.core.profiles import Profile
 from workstation.core.requests import RequestRecord
 from workstation.core.traffic import largest_token_gap
+from workstation.engine.sse import status_error
 from workstation.tuning.loadgen import read_metrics
 
 log = logging.getLogger(__name__)
@@ -130,16 +131,6 @@ class SwitchReport:
 PROBE_TRIES = 3
 """How often the probe asks a new engine that answers 5xx before the switch rolls back."""
 PROBE_RETRY_S = 2.0
-
-
-def _engine_message(response: Any) -> str:
-    """``: <message>`` from vLLM's error body (``{"error": {"message": ...}}``), or nothing."""
-    try:
-        error = response.json().get("error")
-        message = error.get("message") if isinstance(error, dict) else error
-    except Exception:  # noqa: BLE001 - not JSON: the status alone
-        return ""
-    return f": {str(message).splitlines()[0][:200]}" if message else ""
 
 
 class SafeSwitch:
@@ -226,10 +217,10 @@ class SafeSwitch:
                 if attempt > 1:
                     log.info("switch probe answered on try %d", attempt)
                 return
-            why = f"HTTP {response.status_code}{_engine_message(response)}"
+            why = status_error(response.status_code, response.content)
             if response.status_code < 500 or attempt == PROBE_TRIES:
                 tries = f" ({attempt} tries, {PROBE_RETRY_S:g} s apart)" if attempt > 1 else ""
-                raise RuntimeError(f"the new engine answered a probe with {why}{tries}")
+                raise RuntimeError(f"a probe of the new engine: {why}{tries}")
             log.warning("switch probe try %d: %s; trying again in %g s", attempt, why, PROBE_RETRY_S)
             await asyncio.sleep(PROBE_RETRY_S)
 
