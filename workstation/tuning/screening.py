@@ -311,18 +311,18 @@ class ScreeningTuner:
     async def _measure(self, trials: Sequence[Trial], workload: Workload, shape: TrafficShape | None) -> list[Measured]:
         """``repeats`` windows on every running engine, in turns.
 
-        Every repeat replays the same requests in size, order and sharing, with fresh contents
-        (the workload's seed plus the repeat's number): what a real fleet sends next is new to
-        the engine, save what the shape says it shares. With the same contents in every repeat
+        Every repeat replays the same requests in size, order and sharing, with fresh contents (the
+        workload's seed plus the repeat's number): what a real fleet sends next is new to the
+        engine, save what the shape says it shares. With the same contents in every repeat
         (2026-12-02 on an H200, agent shape) each engine's first repeat measured 66-94 % of its
         later ones, all five engines alike whatever their turn: from the second repeat on its
-        prompts were in the prefix cache and its regexes, each request's own as an agent's are,
-        in the grammar compiler's cache, so those repeats measured a replay of cached work, and
-        the first-repeat drop made the noise bar 2 x 16.5 %. With fresh contents (2026-12-03,
-        same machine kind and shape) no engine's first repeat was its lowest, and the
-        noise was 5.6 %. (Before that, a new seed per
-        repeat had been blamed for a spread that was the host's drift, every engine's second
-        repeat low together; the turns below spread that drift over all engines.)
+        prompts were in the prefix cache and its regexes, each request's own as an agent's are, in
+        the grammar compiler's cache, so those repeats measured a replay of cached work, and the
+        first-repeat drop made the noise bar 2 x 16.5 %. With fresh contents (2026-12-03, same
+        machine kind and shape) no engine's first repeat was its lowest, and the noise was 5.6 %.
+        (Before that, a new seed per repeat had been blamed for a spread that was the host's drift,
+        every engine's second repeat low together; the turns below spread that drift over all
+        engines.)
 
         The order turns with each repeat (repeat *r* starts at engine *r*): no engine always
         runs first after a pause or last in a round (in the evening's H200 rounds the reference
