@@ -17,12 +17,14 @@ def _suite():  # type: ignore[no-untyped-def]
 
 
 def test_the_results_the_captured_shapes_and_the_log_tails_come_back(settings, tmp_path):
+    from workstation.core.requests import RequestRecord
     from workstation.core.traffic import shape_from_records
     from workstation.tuning.store import TuningStore
-    from tests.tuning.test_loadgen import rec
 
     suite = _suite()
-    shape = shape_from_records("gpu-fleet-32", [rec("a", 0, 600, 24, constraint="regex", chars=140)])
+    record = RequestRecord("e", "m", "a", 0, 0.1, 1.0, 600, 24, 0, 0.1, True, constraint="regex",
+                           constraint_chars=140)
+    shape = shape_from_records("gpu-fleet-32", [record])
     TuningStore(settings.data_dir).save_shape(shape)
     log = settings.logs_dir / "gpu-fleet" / "engine.log"
     log.parent.mkdir(parents=True)
