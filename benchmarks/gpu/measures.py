@@ -5,7 +5,8 @@
   :class:`run_probe.RunProbe`;
 - ``nvml_vs_smi`` with the vLLM engine as the GPU's user;
 - ``fleet_run`` with its traffic shape captured for the tuner, and the tuner's agent check on
-  the tuning round's speculating engines (their drafts' acceptance on what agents really write).
+  the tuning round's speculating engines (their drafts' acceptance on what agents really write)
+  and its trials of several engines (a real fleet's tok/s on them).
 """
 
 from __future__ import annotations
@@ -253,18 +254,21 @@ FLEET_TURNS = 8
 """Model turns of each session in ``fleet_on_trials`` (2 in the rehearsal)."""
 
 
-async def fleets_on_speculation(args: argparse.Namespace, results, tuner, make_fleet,  # type: ignore[no-untyped-def]
+async def fleets_on_trials(args: argparse.Namespace, results, tuner, make_fleet,  # type: ignore[no-untyped-def]
                                 deadline: float) -> None:
-    """Real agent sessions on the round's baseline and its speculating engines: how many drafts
-    are accepted on what agents really write (the screening replays code text; this checks
-    it). Each is the tuner's agent check (:func:`workstation.tuning.agent_check.run_agent_check`)
+    """Real agent sessions on the round's baseline, its speculating engines and its trials of
+    several engines on the GPU: how many drafts are accepted on what agents really write (the
+    screening replays code text; this checks it), and what a fleet of real sessions gets from
+    a profile of several engines (its sessions spread over them, as the app spreads them).
+    Each is the tuner's agent check (:func:`workstation.tuning.agent_check.run_agent_check`)
     at the suite's sizes, ``args.sessions`` sessions of :data:`FLEET_TURNS` turns, on fleets of
-    ``make_fleet`` (:meth:`Services.fleet`); its figures, acceptance from the engine's own
+    ``make_fleet`` (:meth:`Services.fleet`); its figures, acceptance from the engines' own
     ``/metrics`` around the run, go under ``fleet_on_trials``."""
     from workstation.tuning.agent_check import run_agent_check
 
     out: dict[str, Any] = results.data.get("fleet_on_trials", {})
-    trials = [tuner.base, *(t for t in tuner.trials if t.candidate is not None and "speculation" in t.label)]
+    trials = [tuner.base, *(t for t in tuner.trials if t.candidate is not None
+                            and ("speculation" in t.label or t.engines > 1))]
     if len(trials) < 2:
         return
     for trial in trials:
@@ -272,7 +276,7 @@ async def fleets_on_speculation(args: argparse.Namespace, results, tuner, make_f
         if trial.launcher is None or left < 75:
             continue
         say(f"agent check: {args.sessions} agent sessions on '{trial.label}'")
-        check = await run_agent_check(make_fleet, trial.launcher.endpoint, sessions=args.sessions,
+        check = await run_agent_check(make_fleet, trial.endpoints, sessions=args.sessions,
                                       max_turns=FLEET_TURNS if not args.dry_run else 2,
                                       timeout_s=min(90.0, left - 30))
         out[trial.label] = check.to_json()

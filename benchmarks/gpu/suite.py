@@ -18,7 +18,8 @@ Parts (each fits one device call of at most ten minutes; ``--budget-s`` bounds i
   profile, ``vllm-defaults`` measured alongside, on the captured agent shape (replayed with
   code text) and on Cline's report's 512/512 x 256 (``--workloads``), each run probed; then
   each shape's kept changes confirmed together while the budget allows, and real fleets on
-  the round's speculating engines for their drafts' acceptance on what agents write.
+  the round's speculating engines for their drafts' acceptance on what agents write, and on
+  its trials of several engines for a real fleet's tok/s there.
 - ``confirm``: that confirmation alone, for a ``tune`` that ran out of time for it.
 
 Results accumulate in ``<data dir>/gpu-results.json`` (the machine keeps it between calls) and
@@ -45,7 +46,7 @@ from measures import (  # noqa: E402
     _load,
     _nvml_reader,
     fleet_and_capture,
-    fleets_on_speculation,
+    fleets_on_trials,
     launcher_facts,
     machine_facts,
     nvml_under_engine,
@@ -345,7 +346,7 @@ async def part_tune(args: argparse.Namespace, results: Results, deadline: float)
                     await tuner.confirm(screening)
                     results.put(key, tune_json(screening, tuner))
             if args.fleets:
-                await fleets_on_speculation(args, results, tuner, services.fleet, deadline)
+                await fleets_on_trials(args, results, tuner, services.fleet, deadline)
         finally:
             await tuner.close()
 
@@ -501,7 +502,7 @@ def main() -> int:
                     help="tune: keep changes on the benchmark alone (default: 8 real agent sessions on "
                          "each kept change and the baseline must hold up; off in --dry-run)")
     ap.add_argument("--no-fleets", dest="fleets", action="store_false",
-                    help="tune: skip the real fleets on the speculating engines")
+                    help="tune: skip the real fleets on the speculating and several-engine trials")
     ap.add_argument("--no-paired", dest="paired", action="store_false",
                     help="tune: skip engine_bench on the baseline and vllm-defaults side by side")
     ap.add_argument("--dry-run", action="store_true", help="a rehearsal on this machine's engine, sizes shrunk")

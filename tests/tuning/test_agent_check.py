@@ -71,21 +71,23 @@ async def test_the_screening_keeps_only_the_changes_whose_agents_hold_up(tmp_pat
 
     good, bad = Candidate.of(["--stream-interval", "8"]), Candidate.of(["--speculative-config", "{}"], label="drafts")
     trials = [Trial("baseline", Profile("b", ""), launcher=_Launcher("base")),  # type: ignore[arg-type]
-              Trial(good.change, Profile("g", ""), candidate=good, launcher=_Launcher("good")),  # type: ignore[arg-type]
+              # a trial of two engines on the GPU: its check spreads the sessions over both
+              Trial(good.change, Profile("g", ""), candidate=good, launcher=_Launcher("good"),  # type: ignore[arg-type]
+                    more=[_Launcher("good#2")]),  # type: ignore[list-item]
               Trial(bad.change, Profile("d", ""), candidate=bad, launcher=_Launcher("bad"))]  # type: ignore[arg-type]
     measured = [Measured(t, [_result(1000.0, 100.0)] * 3) for t in trials]
     report = TuneReport(workload=Workload(kind="synthetic", concurrency=4, input_len=8, output_len=8))
     report.steps = [TuneStep(i, t.label, 1000.0, 0.0, i > 0) for i, t in enumerate(trials)]
     seen: list[str] = []
 
-    async def agent_check(endpoint):  # type: ignore[no-untyped-def]
-        seen.append(endpoint)
-        return check(1.0 if endpoint == "bad" else 8.0)
+    async def agent_check(endpoints):  # type: ignore[no-untyped-def]
+        seen.append("+".join(endpoints))
+        return check(1.0 if endpoints == ["bad"] else 8.0)
 
     tuner.agent_check = agent_check
     record: dict = {}
     held = await tuner._check_agents([(good, 30.0), (bad, 40.0)], measured, report, record)
-    assert held == [(good, 30.0)] and seen == ["base", "good", "bad"]
+    assert held == [(good, 30.0)] and seen == ["base", "good+good#2", "bad"]
     steps = {s.change: s for s in report.steps}
     assert steps["drafts"].kept is False and "agent check" in steps["drafts"].note
     assert steps[good.change].kept is True
@@ -99,7 +101,7 @@ async def test_the_screening_keeps_only_the_changes_whose_agents_hold_up(tmp_pat
     tuner.trials, tuner._measure = trials, measure  # type: ignore[method-assign]
     seen.clear()
     screening = await tuner.screen("agents", report.workload)
-    assert screening.outcome["kept"] == [good.change] and seen == ["base", "good", "bad"]
+    assert screening.outcome["kept"] == [good.change] and seen == ["base", "good+good#2", "bad"]
     # every check's figures stay in the round's summary (the GPU suite's tune results' detail)
     assert screening.outcome["agent_check"]["drafts"]["tool_calls_mean"] == 1.0
     assert "spec_acceptance_rate" in screening.outcome["agent_check"]["baseline"]
@@ -128,3 +130,20 @@ async def test_real_sessions_on_a_real_engine_and_on_one_that_is_gone(smollm2_en
     assert dead.sessions == 2 and dead.tool_calls_mean <= 1 and dead.errors == 2
     why = refusal(ok, dead)
     assert why and "refused by the agent check" in why
+
+
+async def test_a_check_on_several_engines_spreads_its_sessions_and_names_them_all(tmp_path):
+    """A profile of several engines on the GPU is checked on all of them (named apart, as the
+    app names its engines on one GPU): its fleet's figures are the profile's, not one engine's."""
+    from workstation.config import Settings
+    from workstation.services import Services
+
+    gone = []
+    for i in range(2):
+        with socket.socket() as s:  # ports nothing listens on
+            s.bind(("127.0.0.1", 0))
+            gone.append(Endpoint(f"http://127.0.0.1:{s.getsockname()[1]}", "k", "m", name=f"managed:m#{i + 1}"))
+    async with Services(Settings(data_dir=tmp_path / "data")) as services:
+        dead = await run_agent_check(services.fleet, gone, sessions=2, max_turns=2, timeout_s=20)
+    assert dead.endpoint == f"{gone[0].base_url}, {gone[1].base_url}"
+    assert dead.sessions == 2 and dead.errors == 2 and dead.prefix_hit_rate is None

@@ -1,4 +1,4 @@
-"""Real agent sessions against one engine: the check a change must pass before it is kept.
+"""Real agent sessions against an engine: the check a change must pass before it is kept.
 
 The screening replays a captured shape (lengths, prefixes, code text), not everything the
 agents' requests carry (structured outputs, tools, ``n`` choices). On an H200 on 2026-12-01
@@ -11,8 +11,9 @@ real sessions:
     why = refusal(baseline_check, check)     # None, or the reason in words
 
 :func:`run_agent_check` runs ``sessions`` headless sessions of small scripted tasks (read a
-file, write one, finish) on a scratch repository against ``endpoint`` and counts the tool
-calls they made and why each ended; around the run it reads the engine's ``/metrics`` for
+file, write one, finish) on a scratch repository against ``endpoint`` (or several engines
+of one profile, the sessions spread over them as the app spreads them) and counts the tool
+calls they made and why each ended; around the run it reads each engine's ``/metrics`` for
 what the sessions cost it: tokens generated, prefix-cache hits, and the drafts proposed and
 accepted where the engine speculates (the GPU suite's ``fleet_on_trials`` are these checks at
 32 sessions x 8 turns). :func:`refusal` refuses a change whose sessions made clearly fewer
@@ -26,7 +27,7 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,8 @@ from workstation.core.endpoints import Endpoint
 from workstation.core.session_state import SessionState
 from workstation.fleet import SessionSpec
 from workstation.fleet.sample_repos import scratch_repository
-from workstation.tuning.loadgen import counter_delta, read_metrics
+from workstation.telemetry.vllm_metrics import MetricsReading
+from workstation.tuning.loadgen import counters_delta, read_metrics
 
 FILES = {  # the scratch repository the check's sessions work in
     "README.md": "# calc\n\nA tiny calculator library.\n",
@@ -65,6 +67,7 @@ class AgentCheck:
     """What one engine's check sessions did."""
 
     endpoint: str
+    """The engine's base URL (several: joined by ``, ``)."""
     sessions: int
     tool_calls_mean: float
     errors: int
@@ -79,7 +82,7 @@ class AgentCheck:
     generated_tokens: int = 0
     """Completion tokens of all sessions (their streams' usage)."""
     prefix_hit_rate: float | None = None
-    """Prefix-cache hits over queries on the engine during the run (None: no ``/metrics``)."""
+    """Prefix-cache hits over queries on the engines during the run (None: no ``/metrics``)."""
     spec_draft_tokens: float | None = None
     """Draft tokens the engine proposed during the run (None: it does not speculate, or no ``/metrics``)."""
     spec_accepted_tokens: float | None = None
@@ -126,14 +129,17 @@ def _turn_limit(error: str | None) -> bool:
     return bool(error) and "limit of" in str(error) and "turns" in str(error)
 
 
-async def run_agent_check(make_fleet: Callable[..., Any], endpoint: Endpoint, *, sessions: int = 8,
-                          max_turns: int = 6, timeout_s: float = 180.0) -> AgentCheck:
+async def run_agent_check(make_fleet: Callable[..., Any], endpoint: Endpoint | Sequence[Endpoint], *,
+                          sessions: int = 8, max_turns: int = 6, timeout_s: float = 180.0) -> AgentCheck:
     """``sessions`` headless agent sessions of :data:`TASKS` against ``endpoint``, at most
-    ``max_turns`` model turns each, bounded by ``timeout_s`` (then paused). ``make_fleet``:
+    ``max_turns`` model turns each, bounded by ``timeout_s`` (then paused); ``endpoint``: one
+    engine or the engines of one profile (named apart), the fleet's router spreading the
+    sessions over them. ``make_fleet``:
     :meth:`workstation.services.Services.fleet` (keyword arguments ``endpoints``, ``data_dir``,
-    ``max_generating``). The engine's ``/metrics`` are read through the fleet's client just
-    before the sessions start and after they settle; on a shared engine other clients' traffic
-    lands in those counters too. Everything it made is removed after."""
+    ``max_generating``). Each engine's ``/metrics`` are read through the fleet's client just
+    before the sessions start and after they settle, and summed; on a shared engine other
+    clients' traffic lands in those counters too. Everything it made is removed after."""
+    engines = [endpoint] if isinstance(endpoint, Endpoint) else list(endpoint)
     work = Path(tempfile.mkdtemp(prefix="ws-agent-check-"))
     calls: Counter[str] = Counter()
 
@@ -145,7 +151,7 @@ async def run_agent_check(make_fleet: Callable[..., Any], endpoint: Endpoint, *,
     try:
         repo = work / "repo"
         await asyncio.to_thread(scratch_repository, repo, FILES)
-        fleet = make_fleet(endpoints=[endpoint], data_dir=work / "data", max_generating=sessions)
+        fleet = make_fleet(endpoints=engines, data_dir=work / "data", max_generating=sessions)
         fleet.agent_event.connect(on_agent)
         await fleet.start()
         try:
@@ -154,7 +160,7 @@ async def run_agent_check(make_fleet: Callable[..., Any], endpoint: Endpoint, *,
                 spec = SessionSpec(task=TASKS[i % len(TASKS)], repo=str(repo), name=f"check{i + 1:02d}",
                                    auto_approve=("read", "edit"), headless=True, max_steps=max_turns)
                 made += await fleet.create_sessions(spec, 1)
-            before = await read_metrics(fleet.http, endpoint)
+            before = await _read_all(fleet.http, engines)
             t_run = time.monotonic()
             for s in made:
                 await fleet.start_session(s.session_id)
@@ -164,7 +170,7 @@ async def run_agent_check(make_fleet: Callable[..., Any], endpoint: Endpoint, *,
             except TimeoutError:
                 await fleet.pause_all()
             wall = time.monotonic() - t_run
-            after = await read_metrics(fleet.http, endpoint)
+            after = await _read_all(fleet.http, engines)
             rows = fleet.sessions()
         finally:
             fleet.agent_event.disconnect(on_agent)
@@ -179,13 +185,17 @@ async def run_agent_check(make_fleet: Callable[..., Any], endpoint: Endpoint, *,
         if r.state not in ENDED_WELL and not _turn_limit(r.error):
             failing[reason] += 1
     mean = sum(calls[r.session_id] for r in rows) / len(rows) if rows else 0.0
-    return AgentCheck(endpoint.base_url, len(rows), round(mean, 2), sum(failing.values()), dict(ended),
+    return AgentCheck(", ".join(e.base_url for e in engines), len(rows), round(mean, 2), sum(failing.values()), dict(ended),
                       time.monotonic() - t0, dict(failing), wall_s=wall,
                       generated_tokens=sum(r.completion_tokens for r in rows),
-                      prefix_hit_rate=_rate(counter_delta(before, after, "prefix_cache_hits"),
-                                            counter_delta(before, after, "prefix_cache_queries")),
-                      spec_draft_tokens=counter_delta(before, after, "spec_draft_tokens"),
-                      spec_accepted_tokens=counter_delta(before, after, "spec_accepted_tokens"))
+                      prefix_hit_rate=_rate(counters_delta(before, after, "prefix_cache_hits"),
+                                            counters_delta(before, after, "prefix_cache_queries")),
+                      spec_draft_tokens=counters_delta(before, after, "spec_draft_tokens"),
+                      spec_accepted_tokens=counters_delta(before, after, "spec_accepted_tokens"))
+
+
+async def _read_all(http: Any, engines: Sequence[Endpoint]) -> list[MetricsReading | None]:
+    return list(await asyncio.gather(*(read_metrics(http, e) for e in engines)))
 
 
 def refusal(baseline: AgentCheck, candidate: AgentCheck) -> str | None:

@@ -227,7 +227,7 @@ class ScreeningTuner:
         self.run_probe: Callable[[Sequence[EngineLauncher]], RunObserver] | None = None
         """Made per run around its window, given the engines that serve it (a benchmark's hook:
         the GPU suite records each engine process's CPU there)."""
-        self.agent_check: Callable[[Endpoint], Awaitable[AgentCheck]] | None = None
+        self.agent_check: Callable[[Sequence[Endpoint]], Awaitable[AgentCheck]] | None = None
         """Real agent sessions against one engine (:mod:`workstation.tuning.agent_check`): a
         change that clears the noise is kept only if its sessions hold up against the
         baseline's. None: no such check (the services set it where the user asks for it)."""
@@ -259,9 +259,12 @@ class ScreeningTuner:
         k = trial.engines
         make = Launchers(self.settings, self.engine, self.model, sequences_per_session=self.sequences_per_session)
         log_dir = self.log_dir / safe_name(trial.label)
+        # each engine of several gets its own endpoint name (as the app's replicas do, `#place`),
+        # so a fleet can spread real sessions over them (the agent check)
         launchers = [make(trial.profile, self.env, log_dir=log_dir if k == 1 else log_dir / f"engine{i + 1}",
                           extra_args=self.side.args(), gpu_memory=self._gpu_memory, sessions=self.sessions,
-                          **({"engines_on_device": k, "place": i + 1} if k > 1 else {}))
+                          **({"engines_on_device": k, "place": i + 1} if k > 1 else {}),
+                          **({"name": f"managed:{self.model.served_name}#{i + 1}"} if i else {}))
                      for i in range(k)]
         t0 = time.monotonic()
 
@@ -429,13 +432,14 @@ class ScreeningTuner:
                             report: TuneReport, record: dict[str, Any]) -> list[tuple[Candidate, float]]:
         """The kept changes whose real agent sessions hold up against the baseline's; the
         others' steps say why they were refused. ``record`` gets every check's figures. A trial
-        of several engines is checked on its first (the others run the same flags)."""
+        of several engines is checked on all of them, its sessions spread as the app spreads
+        them, so the check's tok/s is the fleet's on that profile."""
         assert self.agent_check is not None
         base = measured[0].trial
         if base.launcher is None:
             return kept
         self.progress.emit(f"agent check: real sessions on {base.label}")
-        base_check = await self.agent_check(base.launcher.endpoint)
+        base_check = await self.agent_check(base.endpoints)
         record[base.label] = base_check.to_json()
         trials = {m.trial.candidate: m.trial for m in measured if m.trial.candidate is not None}
         held: list[tuple[Candidate, float]] = []
@@ -444,7 +448,7 @@ class ScreeningTuner:
             if trial is None or trial.launcher is None:
                 continue
             self.progress.emit(f"agent check: real sessions on {trial.label}")
-            check = await self.agent_check(trial.launcher.endpoint)
+            check = await self.agent_check(trial.endpoints)
             record[trial.label] = check.to_json()
             why = refusal(base_check, check)
             if why is None:
