@@ -91,3 +91,43 @@ def test_bench_against_an_endpoint_that_refuses_says_so_in_one_line(tmp_path, ca
     assert main(["bench", "--endpoint", "http://127.0.0.1:9", "--model", "m", "--duration-s", "0.5",
                  "--warmup-s", "0"]) == 2
     assert "the endpoint refused the benchmark's requests" in capsys.readouterr().err
+
+
+def test_what_a_tune_kept_is_saved_as_a_profile_the_app_can_run(tmp_path, capsys):
+    """The screening's winner (here the H200's 4 engines with llguidance) becomes the user
+    profile ``tuned-default``: its whole flags, its engines, the platform it was measured on and
+    what it gained; a run that kept nothing saves nothing, and ``--no-save`` leaves it out."""
+    import argparse
+
+    from workstation.commands.tuning_cmd import _save_tuned
+    from workstation.core.profiles import PRESETS, Profile, flatten
+    from workstation.tuning.autotune import TuneReport, TuneStep
+    from workstation.tuning.store import TuningStore
+
+    base = flatten(PRESETS["default"], PRESETS, platform="cuda")
+    best = Profile("default+4-engines", "", args=(*base.args, "--structured-outputs-config", '{"backend":"guidance"}',
+                                                 "--no-async-scheduling"), engines_per_gpu=4)
+    change = "4 engines on each GPU, llguidance, no async scheduling"
+    report = TuneReport(steps=[TuneStep(0, "baseline (default)", 5607.5, 0.0, True), TuneStep(1, change, 11344.0, 102.3, True)],
+                        best_profile=best, best_tok_s=11344.0, baseline_tok_s=5607.5, shape="gpu-fleet-32",
+                        hardware={"gpus": ["NVIDIA H200"]})
+    store = TuningStore(tmp_path)
+    args = argparse.Namespace(save=None, save_profile=True)
+    _save_tuned(args, store, report, "default", "cuda", change=change)
+    out = capsys.readouterr().err  # said as the run goes, like the tuner's progress
+    assert "saved profile 'tuned-default'" in out and "4 engines on each GPU" in out
+    saved = store.catalogue()["tuned-default"]
+    assert saved.args == best.args and saved.engines_per_gpu == 4 and saved.parent is None
+    assert saved.platforms == {"cuda"} and "{max_num_seqs}" in saved.args  # sized where it starts
+    assert saved.description.startswith("tuned ") and "1x NVIDIA H200" in saved.description
+    assert "+102% output tok/s over 'default'" in saved.description and change in saved.description
+    _save_tuned(args, store, report, "default", "cuda", change=change)  # a later tune replaces it
+    assert "replaced profile 'tuned-default'" in capsys.readouterr().err
+
+    nothing = TuneReport(steps=[TuneStep(0, "baseline (default)", 5607.5, 0.0, True),
+                                TuneStep(1, "--stream-interval 8", 5700.0, 1.6, False)],
+                         best_profile=base, best_tok_s=5607.5, baseline_tok_s=5607.5)
+    _save_tuned(argparse.Namespace(save="mine", save_profile=True), store, nothing, "default", "cuda")
+    assert "nothing was kept: no profile saved" in capsys.readouterr().err and "mine" not in store.catalogue()
+    _save_tuned(argparse.Namespace(save="mine", save_profile=False), store, report, "default", "cuda")
+    assert "mine" not in store.catalogue() and capsys.readouterr().err == ""

@@ -95,6 +95,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     tune.add_argument("--no-agent-check", dest="agent_check", action="store_false",
                       help="with --side-by-side: keep a change on the benchmark alone, without real agent "
                            "sessions on it (8 sessions of 6 turns per kept change and the baseline)")
+    tune.add_argument("--save", metavar="NAME", default=None,
+                      help="save what was kept as this user profile (default: tuned-<baseline>)")
+    tune.add_argument("--no-save", dest="save_profile", action="store_false",
+                      help="keep the run's results only, save no profile")
     tune.add_argument("--json", action="store_true", help="end with one JSON line: steps and noise_pct")
     tune.set_defaults(func=_tune)
 
@@ -474,9 +478,31 @@ async def _tune_side_by_side(args, store, settings, engine, model, baseline, tra
         print(line)
     data = {**screening.report.to_json(), "outcome": screening.outcome}
     store.save_run(run_name, data)
+    _save_tuned(args, store, screening.report, baseline.name, engine.platform,
+                change=(screening.outcome.get("best") or {}).get("label"))
     if args.json:
         print(orjson.dumps(data).decode())
     return 0
+
+
+def _save_tuned(args: argparse.Namespace, store, report, baseline: str, platform: str,  # type: ignore[no-untyped-def]
+                change: str | None = None) -> None:
+    """What the run kept, saved as the user's profile (``--save``, default ``tuned-<baseline>``),
+    so the window's Tuning dock and ``engine.profile`` can run it; nothing when nothing was kept."""
+    if not getattr(args, "save_profile", True):
+        return
+    name = args.save or f"tuned-{baseline}"
+    profile = report.tuned_profile(name, platform=platform, baseline=baseline, when=time.strftime("%Y-%m-%d"),
+                                   change=change)
+    if profile is None:
+        _say(f"nothing was kept: no profile saved ('{baseline}' stays the best measured)")
+        return
+    replaced = name in store.user_profiles()
+    path = store.save_profile(profile)
+    _say(f"{'replaced' if replaced else 'saved'} profile '{name}' ({path}): {profile.description}")
+    engines = f" ({profile.engines_per_gpu} engines on each GPU)" if (profile.engines_per_gpu or 1) > 1 else ""
+    _say(f"run it{engines}: switch the live engine to it in the window's Tuning dock, or start the app with "
+         f"WORKSTATION_ENGINE__PROFILE={name}")
 
 
 def _tune(args: argparse.Namespace) -> int:
@@ -517,6 +543,7 @@ def _tune(args: argparse.Namespace) -> int:
             print(line)
         data = report.to_json()
         store.save_run(run_name, data)
+        _save_tuned(args, store, report, baseline.name, engine.platform)
         if args.json:
             print(orjson.dumps(data).decode())
         return 0

@@ -44,7 +44,7 @@ from workstation.engine.environment import EngineInstall
 from workstation.engine.models import ModelSpec
 from workstation.tuning.bench import BenchContext, managed_engines, run_workload, sequences_per_stream
 from workstation.tuning.checks import ModelTraits, check_profile
-from workstation.tuning.results import BenchResult, Slo, Workload, describe_hardware
+from workstation.tuning.results import BenchResult, Slo, Workload, describe_hardware, hardware_key
 from workstation.tuning.store import TuningStore, safe_name
 
 log = logging.getLogger(__name__)
@@ -320,6 +320,29 @@ class TuneReport:
     model: str = ""
     engine: str = ""
     hardware: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def improved(self) -> bool:
+        """Whether a change was kept (``best_profile`` is then that change, not the baseline)."""
+        return any(s.kept and s.step > 0 for s in self.steps)
+
+    def tuned_profile(self, name: str, *, platform: str, baseline: str, when: str,
+                      change: str | None = None) -> Profile | None:
+        """What was kept as a profile to run (None when nothing was): the best's whole flags
+        with no parent, so a preset that changes later does not move what was measured; for the
+        platform it was measured on; its description says what it gained, where and ``when``.
+        ``change``: what the best is (default: the kept steps, stacked as one after another
+        keeps them). Its sizing placeholders stay, so the engine is sized where it starts."""
+        best = self.best_profile
+        if best is None or not self.improved:
+            return None
+        what = change or " + ".join(s.change for s in self.steps if s.kept and s.step > 0)
+        gain = (f"{100 * (self.best_tok_s / self.baseline_tok_s - 1):+.0f}% output tok/s over '{baseline}'"
+                if self.best_tok_s and self.baseline_tok_s else f"kept over '{baseline}'")
+        where = hardware_key(self.hardware) if self.hardware else platform
+        shape = f", shape '{self.shape}'" if self.shape else ""
+        return replace(best, name=name, parent=None, platforms=frozenset({platform}), platform_args=(),
+                       description=f"tuned {when} on {where}{shape}: {what}, {gain}")
 
     def table(self) -> list[str]:
         lines = [TABLE_HEAD, "-" * len(TABLE_HEAD)]

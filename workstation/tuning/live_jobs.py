@@ -3,7 +3,8 @@ manifest on the live engine, recorded), bench the live engine (the newest captur
 workload, else the built-in agent-like one — as the guided protocol sends it where the app's
 agents are guided for the model) and tune (trial engines, one change at a time). Qt-free; each job is one coroutine that the
 caller may cancel at any point (the capture's fleet closes, the load generator's requests
-end), says what it does through ``say``, stores what it made and returns one line for it."""
+end), says what it does through ``say``, stores what it made and returns one line for it. A
+tune that keeps a change saves it as the profile ``tuned-<baseline>``."""
 
 from __future__ import annotations
 
@@ -97,11 +98,16 @@ class LiveJobs:
         tuner.step_done.connect(lambda step: say(step.table_row()))
         report = await tuner.run()
         self.store.save_run(run_name, report.to_json())
-        if report.best_profile is None or not report.best_tok_s:
+        name = f"tuned-{plan.baseline.name}"
+        tuned = report.tuned_profile(name, platform=plan.engine.platform, baseline=plan.baseline.name,
+                                     when=time.strftime("%Y-%m-%d"))
+        if tuned is None or not report.best_tok_s:
             return f"tuned for {report.elapsed_s:.0f} s: nothing measured better than the baseline — run {run_name}"
+        # the kept changes become a profile the dock can switch the live engine to
+        await asyncio.to_thread(self.store.save_profile, tuned)
         gain = (f" ({100 * (report.best_tok_s / report.baseline_tok_s - 1):+.1f}% over the baseline)"
                 if report.baseline_tok_s else "")
-        return f"best {report.best_profile.name}: {report.best_tok_s:,.1f} tok/s{gain} — run {run_name}"
+        return f"best {report.best_tok_s:,.1f} tok/s{gain}, saved as profile '{name}' — run {run_name}"
 
     async def bench(self, say: Say) -> str:
         """Load the live engine for ``bench_s``; stores the result."""
