@@ -1,6 +1,7 @@
 """The launcher's argv and environment per platform (no engine is started)."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,24 @@ def test_engine_keys_never_look_like_an_option():
     keys = {new_api_key() for _ in range(2000)}
     assert len(keys) == 2000
     assert all(len(k) == 48 and k[0] != "-" and k.isalnum() for k in keys)
+
+
+def test_the_engines_temporary_folder_is_short_enough_for_vllms_sockets(tmp_path):
+    """vLLM binds ZeroMQ sockets at ipc://$TMPDIR/<uuid4> (an AF_UNIX path, 107 bytes at most):
+    under a deep data directory the engine gets a short private folder instead."""
+    import shutil
+    import stat
+    import tempfile
+
+    from workstation.engine.launcher import IPC_TMP_MAX, engine_tmp
+
+    deep = tmp_path / ("d" * 80) / "engine" / "tmp"
+    got = engine_tmp(deep)
+    assert got.is_dir() and not deep.exists() and len(f"{got}/{'x' * 36}") <= 107
+    assert stat.S_IMODE(got.stat().st_mode) & 0o077 == 0 and got.stat().st_uid == os.getuid()
+    short_root = Path(tempfile.mkdtemp(dir="/tmp"))
+    try:
+        short = short_root / "engine" / "tmp"
+        assert len(str(short)) <= IPC_TMP_MAX and engine_tmp(short) == short and short.is_dir()
+    finally:
+        shutil.rmtree(short_root)

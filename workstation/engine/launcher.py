@@ -28,6 +28,8 @@ import re
 import secrets
 import signal
 import socket
+import stat
+import tempfile
 import time
 from collections.abc import Callable
 from enum import Enum
@@ -69,6 +71,35 @@ def new_api_key() -> str:
     start with ``-`` one time in 64: ``--api-key -x…`` is then taken for an option (CI met
     one, and ten tests of the CLI against the engine failed with "expected one argument")."""
     return secrets.token_hex(24)
+
+
+IPC_TMP_MAX = 70
+"""The longest ``TMPDIR`` the engine can have: vLLM binds its ZeroMQ sockets at
+``ipc://$TMPDIR/<uuid4>``, an AF_UNIX path of at most 107 bytes on Linux (36 of them the
+uuid and its slash). Under a data directory deeper than that the engine died at start-up
+with zmq's 'addr length' error and nothing a user could act on (seen with pytest's tmp dirs)."""
+
+
+def engine_tmp(preferred: Path) -> Path:
+    """The engine's temporary folder: ``preferred`` (under the data directory) where its path
+    is short enough for vLLM's sockets, else a private one of this user's in the system's
+    temporary folder (mode 0700, checked to be a real folder of ours, not a link someone left),
+    else a fresh private one."""
+    if len(str(preferred)) <= IPC_TMP_MAX:
+        preferred.mkdir(parents=True, exist_ok=True)
+        return preferred
+    for root in dict.fromkeys((tempfile.gettempdir(), "/tmp")):
+        short = Path(root) / f"workstation-engine-{os.getuid()}"
+        if len(str(short)) > IPC_TMP_MAX:
+            continue
+        try:
+            short.mkdir(mode=0o700, exist_ok=True)
+            st = short.lstat()
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077:
+            return short
+    return Path(tempfile.mkdtemp(prefix="ws-engine-", dir="/tmp"))
 
 
 class EngineState(str, Enum):
@@ -312,8 +343,7 @@ class EngineLauncher:
 
     def environment(self) -> dict[str, str]:
         data = self.settings.data_dir
-        tmp = self.settings.engine_dir / "tmp"
-        tmp.mkdir(parents=True, exist_ok=True)
+        tmp = engine_tmp(self.settings.engine_dir / "tmp")
         env = {k: v for k, v in os.environ.items()
                if not k.startswith("WORKSTATION_TEST") and k not in _APP_OWNED_ENV}
         users_vllm = {k: v for k, v in os.environ.items() if k.startswith("VLLM_")}
