@@ -158,6 +158,31 @@ def test_engine_profiles_say_how_many_engines_share_each_gpu_and_list_one_engine
     assert "engines 1 engine" not in text and "default (from vllm-defaults)" in text
 
 
+def test_engine_profiles_list_the_users_saved_profiles_on_their_platforms(tmp_path, capsys, monkeypatch):
+    """What a tune saved (``tuned-default``: the H200's 4 engines with llguidance) is listed
+    after the presets with each engine's flags, on the platform it was measured on only."""
+    from workstation import cli
+    from workstation.core.profiles import Profile
+    from workstation.tuning.store import TuningStore
+
+    monkeypatch.setenv("WORKSTATION_DATA_DIR", str(tmp_path))
+    TuningStore(tmp_path).save_profile(Profile(
+        "tuned-default", "tuned on 1x NVIDIA H200", parent="default", engines_per_gpu=4, platforms=frozenset({"cuda"}),
+        args=("--structured-outputs-config", '{"backend":"guidance"}', "--no-async-scheduling")))
+    assert cli.main(["engine", "profiles", "--json"]) == 0
+    rows = {(r["platform"], r["name"]): r for r in json.loads(capsys.readouterr().out)}
+    tuned = rows[("cuda", "tuned-default")]
+    assert tuned["yours"] is True and tuned["engines_per_gpu"] == 4 and ("cpu", "tuned-default") not in rows
+    assert "yours" not in rows[("cuda", "default")]
+    args = tuned["args"]
+    assert "--no-async-scheduling" in args and "--enable-prefix-caching" in args  # its parent's flags folded in
+    # one engine's share: a quarter of the 32 guided sessions (n=6) -> a batch of 128
+    assert args[args.index("--max-num-seqs") + 1] == "128"
+    assert cli.main(["engine", "profiles", "--platform", "cuda"]) == 0
+    text = capsys.readouterr().out
+    assert "tuned-default (from default): tuned on 1x NVIDIA H200  [yours]" in text
+
+
 def test_engine_keys_never_look_like_an_option():
     """A key starting with '-' breaks `--api-key KEY` on every command line (seen in CI)."""
     from workstation.engine.launcher import new_api_key

@@ -23,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     serve = verbs.add_parser("serve", help="run the managed engine in the foreground until Ctrl-C")
     serve.add_argument("--model", help="smollm2, tiny, a model directory, or a model id")
-    serve.add_argument("--profile", help=f"one of: {', '.join(PRESETS)}")
+    serve.add_argument("--profile", help=f"a preset ({', '.join(PRESETS)}) or one of your saved profiles")
     serve.add_argument("--port", type=int, default=None)
     serve.set_defaults(func=_serve)
 
@@ -76,12 +76,23 @@ def _prepare(args: argparse.Namespace) -> int:
 def _profiles(args: argparse.Namespace) -> int:
     import json
 
+    from workstation.core.profiles import Profile
     from workstation.engine.profile_listing import list_profiles
     from workstation.tuning.loadgen import agent_sequences_per_request
+    from workstation.tuning.store import TuningStore
 
     settings = load_settings()
+    store = TuningStore(settings.data_dir)
+
+    def saved(platform: str) -> dict[str, Profile]:
+        """The user's profiles that run on ``platform``, folded for it (what the host runs)."""
+        return {name: store.resolve(name, platform=platform)[0]
+                for name, profile in store.user_profiles().items() if platform in profile.platforms}
+
     rows = list_profiles(settings, platforms=[args.platform] if args.platform else None, model=args.model,
-                         sequences_per_session=lambda spec: agent_sequences_per_request(settings, spec))
+                         sequences_per_session=lambda spec: agent_sequences_per_request(settings, spec), saved=saved)
+    for problem in store.problems:
+        _say(f"skipped: {problem}")
     if args.json:
         print(json.dumps([row.to_json() for row in rows], indent=1))
         return 0
@@ -92,10 +103,10 @@ def _profiles(args: argparse.Namespace) -> int:
             _say(f"== {platform}: {row.engine_note}")
             for note in row.sizing_notes:
                 _say(f"   sizing: {note}")
-        profile = PRESETS[row.name]
+        profile = PRESETS[row.name] if not row.yours else store.catalogue()[row.name]
         parent = f" (from {profile.parent})" if profile.parent else ""
         check = "validated" if row.validated else f"NOT validated: {row.validation_note}"
-        _say(f"{row.name}{parent}: {profile.description}")
+        _say(f"{row.name}{parent}: {profile.description}{'  [yours]' if row.yours else ''}")
         for line in diff_against_parent(profile):
             _say(f"    change  {line}")
         if row.engines_per_gpu > 1:
@@ -108,27 +119,41 @@ def _profiles(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from workstation.engine.host import Launchers
+    """The app's own engine host in the foreground: a preset or one of the user's saved
+    profiles (a tune's ``tuned-default``), every engine the profile places (its
+    ``engines_per_gpu`` on each GPU, ``engine.replicas``), as the window would start them."""
+    from workstation.services import Services
 
     settings = load_settings()
-    launcher = Launchers.from_settings(settings, args.model)(args.profile, port=args.port)
+    if args.port is not None:
+        settings = settings.model_copy(update={"engine": settings.engine.model_copy(update={"port": args.port})})
 
     async def run() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        try:
-            endpoint = await launcher.start(_say)
-            _say(f"serving {endpoint.model} at {endpoint.v1} (API key in the app only); Ctrl-C stops")
-            waiter = asyncio.create_task(stop.wait(), name="serve-stop")
-            while not stop.is_set() and launcher.alive():
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(waiter), timeout=1.0)
-            waiter.cancel()
-        finally:
-            await launcher.stop()
-            _say("engine stopped")
+        async with Services(settings) as services:
+            host = await services.engine(model=args.model, profile=args.profile)
+            launchers: list = []
+            try:
+                await host.start(progress=_say)
+                launchers = [e for e in (host.launcher, *host.replicas) if e is not None]
+                served = host.endpoints()
+                many = f" ({len(served)} engines: the profile places them so)" if len(served) > 1 else ""
+                for endpoint in served:
+                    _say(f"serving {endpoint.model} at {endpoint.v1}{many}")
+                _say("API key in the app only; Ctrl-C stops")
+                waiter = asyncio.create_task(stop.wait(), name="serve-stop")
+                while not stop.is_set() and all(e.alive() for e in launchers):
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(waiter), timeout=1.0)
+                waiter.cancel()
+                if not stop.is_set():
+                    _say("an engine stopped by itself: its log is under the logs folder")
+            finally:
+                await host.stop()
+                _say("engine stopped" if len(launchers) < 2 else "engines stopped")
 
     asyncio.run(run())
     return 0

@@ -1,4 +1,5 @@
-"""Every preset profile's final flags per platform, as the launcher would pass them here.
+"""Every preset profile's final flags per platform, as the launcher would pass them here, and
+the user's saved profiles (a tune's ``tuned-default``) after them.
 
 ``workstation engine profiles`` prints this. The flags are the launcher's own (``command()``),
 sized for this machine's GPUs where it has some; they are checked against the installed
@@ -10,7 +11,7 @@ share of the GPU's memory and of the sessions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from workstation.config import Settings
 from workstation.core.engine_sizing import GpuMemory
 from workstation.core.errors import UserError
-from workstation.core.profiles import PLATFORMS, PRESETS, engine_count
+from workstation.core.profiles import PLATFORMS, PRESETS, Profile, engine_count
 from workstation.engine.environment import EngineInstall, engine_help_text, find_engine
 from workstation.engine.flags import check_flags, known_flags
 from workstation.engine.host import Launchers
@@ -40,10 +41,14 @@ class ProfileRow:
     sizing_notes: tuple[str, ...] = field(default=())
     engines_per_gpu: int = 1
     """Engines of the model on each GPU under this profile (always 1 on the CPU engine)."""
+    yours: bool = False
+    """One of the user's saved profiles, not a preset."""
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "platform": self.platform, "args": self.args, "env": self.env,
                                "validated": self.validated, "engines_per_gpu": self.engines_per_gpu}
+        if self.yours:
+            out["yours"] = True
         if self.validation_note:
             out["validation_note"] = self.validation_note
         if self.sizing_notes:
@@ -64,9 +69,11 @@ def _model(settings: Settings, name: str | None) -> ModelSpec:
 
 def list_profiles(settings: Settings, *, platforms: Sequence[str] | None = None, model: str | None = None,
                   gpu_memory: Callable[[], list[GpuMemory]] | None = None,
-                  sequences_per_session: Callable[[ModelSpec], int] | None = None) -> list[ProfileRow]:
+                  sequences_per_session: Callable[[ModelSpec], int] | None = None,
+                  saved: Callable[[str], Mapping[str, Profile]] | None = None) -> list[ProfileRow]:
     """``sequences_per_session``: the ``n`` of the agents' requests for a model (the app's
-    engine is sized for it; see :class:`~workstation.engine.host.Launchers`)."""
+    engine is sized for it; see :class:`~workstation.engine.host.Launchers`); ``saved``: the
+    user's profiles for a platform, each folded with its ancestry (listed after the presets)."""
     installed = None
     try:
         installed = find_engine(settings)
@@ -87,13 +94,14 @@ def list_profiles(settings: Settings, *, platforms: Sequence[str] | None = None,
             engine = EngineInstall(python=Path("python3"), platform=platform, version="?", managed=False)
             known, note = None, f"no {platform} engine installed here: flags not validated"
         sizing_notes: tuple[str, ...] = ()
-        for name, profile in PRESETS.items():
+        mine = dict(saved(platform)) if saved is not None else {}
+        for name, profile in [*PRESETS.items(), *mine.items()]:
             if platform not in profile.platforms:
                 continue
             engines = engine_count(profile, PRESETS, platform=platform)
             sharing = {"engines_on_device": engines} if engines > 1 else {}
             launcher = Launchers(settings, engine, spec, sequences_per_session=per_session)(
-                name, gpu_memory=gpu_memory, **sharing)
+                name if name in PRESETS else profile, gpu_memory=gpu_memory, **sharing)
             try:
                 launcher.sizing = launcher.size()
             except UserError as exc:
@@ -115,7 +123,8 @@ def list_profiles(settings: Settings, *, platforms: Sequence[str] | None = None,
                     validated, why = True, ""
                 except UserError as exc:
                     why = str(exc)
-            rows.append(ProfileRow(name, platform, flags, env, validated, why, note, sizing_notes, engines))
+            rows.append(ProfileRow(name, platform, flags, env, validated, why, note, sizing_notes, engines,
+                                   yours=name not in PRESETS))
     return rows
 
 
