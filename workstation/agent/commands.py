@@ -248,9 +248,14 @@ async def _supervise(
 
     timed_out = False
     try:
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can return the inner result
+        # when the caller's cancel lands just as the inner await ends (3.12 rebuilt wait_for on
+        # asyncio.timeout for that), and the cancelled caller then runs on. A local CI run saw
+        # the cancel-at-any-moment test's task return instead of raising, on a loaded 2-core host
         try:
-            await asyncio.wait_for(pump(), timeout=timeout_s)
-        except asyncio.TimeoutError:
+            async with asyncio.timeout(timeout_s):
+                await pump()
+        except TimeoutError:
             timed_out = True
             await kill(proc, kill_grace_s)
     except BaseException:
