@@ -76,18 +76,27 @@ def _prepare(args: argparse.Namespace) -> int:
 def _profiles(args: argparse.Namespace) -> int:
     import json
 
-    from workstation.core.profiles import Profile
+    from workstation.core.profiles import Profile, flatten
     from workstation.engine.profile_listing import list_profiles
     from workstation.tuning.loadgen import agent_sequences_per_request
     from workstation.tuning.store import TuningStore
 
     settings = load_settings()
     store = TuningStore(settings.data_dir)
+    catalogue = store.catalogue()  # presets and the saved profiles, read once
 
     def saved(platform: str) -> dict[str, Profile]:
-        """The user's profiles that run on ``platform``, folded for it (what the host runs)."""
-        return {name: store.resolve(name, platform=platform)[0]
-                for name, profile in store.user_profiles().items() if platform in profile.platforms}
+        """The user's profiles that run on ``platform``, folded for it (what the host runs);
+        one whose ancestry does not fold (a hand-edited parent) is skipped and said."""
+        out: dict[str, Profile] = {}
+        for name, profile in catalogue.items():
+            if name in PRESETS or platform not in profile.platforms:
+                continue
+            try:
+                out[name] = flatten(profile, catalogue, platform=platform)
+            except ValueError as exc:
+                _say(f"skipped: profile '{name}': {exc}")
+        return out
 
     rows = list_profiles(settings, platforms=[args.platform] if args.platform else None, model=args.model,
                          sequences_per_session=lambda spec: agent_sequences_per_request(settings, spec), saved=saved)
@@ -103,7 +112,7 @@ def _profiles(args: argparse.Namespace) -> int:
             _say(f"== {platform}: {row.engine_note}")
             for note in row.sizing_notes:
                 _say(f"   sizing: {note}")
-        profile = PRESETS[row.name] if not row.yours else store.catalogue()[row.name]
+        profile = catalogue[row.name]
         parent = f" (from {profile.parent})" if profile.parent else ""
         check = "validated" if row.validated else f"NOT validated: {row.validation_note}"
         _say(f"{row.name}{parent}: {profile.description}{'  [yours]' if row.yours else ''}")
