@@ -489,20 +489,19 @@ def _save_tuned(args: argparse.Namespace, store, report, baseline: str, platform
                 change: str | None = None) -> None:
     """What the run kept, saved as the user's profile (``--save``, default ``tuned-<baseline>``),
     so the window's Tuning dock and ``engine.profile`` can run it; nothing when nothing was kept."""
+    from workstation.tuning.autotune import save_tuned
+
     if not getattr(args, "save_profile", True):
         return
-    name = args.save or f"tuned-{baseline}"
-    profile = report.tuned_profile(name, platform=platform, baseline=baseline, when=time.strftime("%Y-%m-%d"),
-                                   change=change)
-    if profile is None:
+    saved = save_tuned(store, report, baseline=baseline, platform=platform, name=args.save, change=change)
+    if saved is None:
         _say(f"nothing was kept: no profile saved ('{baseline}' stays the best measured)")
         return
-    replaced = name in store.user_profiles()
-    path = store.save_profile(profile)
-    _say(f"{'replaced' if replaced else 'saved'} profile '{name}' ({path}): {profile.description}")
+    profile = saved.profile
+    _say(f"{'replaced' if saved.replaced else 'saved'} profile '{profile.name}' ({saved.path}): {profile.description}")
     engines = f" ({profile.engines_per_gpu} engines on each GPU)" if (profile.engines_per_gpu or 1) > 1 else ""
     _say(f"run it{engines}: switch the live engine to it in the window's Tuning dock, or start the app with "
-         f"WORKSTATION_ENGINE__PROFILE={name}")
+         f"WORKSTATION_ENGINE__PROFILE={profile.name}")
 
 
 def _tune(args: argparse.Namespace) -> int:

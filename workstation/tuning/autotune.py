@@ -371,6 +371,30 @@ class TuneReport:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class SavedTune:
+    """A tune's kept change saved as the user's profile (:func:`save_tuned`)."""
+
+    profile: Profile
+    path: Path
+    replaced: bool
+    """A profile of that name was there before (a later tune replaces it)."""
+
+
+def save_tuned(store: TuningStore, report: TuneReport, *, baseline: str, platform: str, name: str | None = None,
+               change: str | None = None) -> SavedTune | None:
+    """What ``report`` kept, saved as the user's profile ``name`` (default ``tuned-<baseline>``),
+    dated today (:meth:`TuneReport.tuned_profile`); None when nothing was kept. Blocking (the
+    profiles' files): the window's Tune job and ``workstation tune`` both save through here."""
+    name = name or f"tuned-{baseline}"
+    profile = report.tuned_profile(name, platform=platform, baseline=baseline, when=time.strftime("%Y-%m-%d"),
+                                   change=change)
+    if profile is None:
+        return None
+    replaced = name in store.user_profiles()
+    return SavedTune(profile, store.save_profile(profile), replaced)
+
+
 @dataclass(slots=True)
 class _Measured:
     runs: list[float]

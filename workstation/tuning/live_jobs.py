@@ -9,6 +9,7 @@ tune that keeps a change saves it as the profile ``tuned-<baseline>``."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import tempfile
 import time
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from workstation.core.endpoints import Endpoint
 from workstation.core.errors import UserError
 from workstation.core.traffic import TrafficShape
 from workstation.engine.environment import EngineInstall
-from workstation.tuning.autotune import MIN_REPEATS, Autotuner
+from workstation.tuning.autotune import MIN_REPEATS, Autotuner, save_tuned
 from workstation.tuning.bench import context_for, run_workload
 from workstation.tuning.fleet_capture import FleetMaker, capture_fleet_shape
 from workstation.tuning.loadgen import builtin_workload, workload_from_shape
@@ -98,16 +99,14 @@ class LiveJobs:
         tuner.step_done.connect(lambda step: say(step.table_row()))
         report = await tuner.run()
         self.store.save_run(run_name, report.to_json())
-        name = f"tuned-{plan.baseline.name}"
-        tuned = report.tuned_profile(name, platform=plan.engine.platform, baseline=plan.baseline.name,
-                                     when=time.strftime("%Y-%m-%d"))
-        if tuned is None or not report.best_tok_s:
-            return f"tuned for {report.elapsed_s:.0f} s: nothing measured better than the baseline — run {run_name}"
         # the kept changes become a profile the dock can switch the live engine to
-        await asyncio.to_thread(self.store.save_profile, tuned)
+        saved = await asyncio.to_thread(functools.partial(save_tuned, self.store, report, baseline=plan.baseline.name,
+                                                          platform=plan.engine.platform))
+        if saved is None or not report.best_tok_s:
+            return f"tuned for {report.elapsed_s:.0f} s: nothing measured better than the baseline — run {run_name}"
         gain = (f" ({100 * (report.best_tok_s / report.baseline_tok_s - 1):+.1f}% over the baseline)"
                 if report.baseline_tok_s else "")
-        return f"best {report.best_tok_s:,.1f} tok/s{gain}, saved as profile '{name}' — run {run_name}"
+        return f"best {report.best_tok_s:,.1f} tok/s{gain}, saved as profile '{saved.profile.name}' — run {run_name}"
 
     async def bench(self, say: Say) -> str:
         """Load the live engine for ``bench_s``; stores the result."""

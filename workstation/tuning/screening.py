@@ -259,13 +259,14 @@ class ScreeningTuner:
         k = trial.engines
         make = Launchers(self.settings, self.engine, self.model, sequences_per_session=self.sequences_per_session)
         log_dir = self.log_dir / safe_name(trial.label)
-        # each engine of several gets its own endpoint name (as the app's replicas do, `#place`),
-        # so a fleet can spread real sessions over them (the agent check)
-        launchers = [make(trial.profile, self.env, log_dir=log_dir if k == 1 else log_dir / f"engine{i + 1}",
-                          extra_args=self.side.args(), gpu_memory=self._gpu_memory, sessions=self.sessions,
-                          **({"engines_on_device": k, "place": i + 1} if k > 1 else {}),
-                          **({"name": f"managed:{self.model.served_name}#{i + 1}"} if i else {}))
-                     for i in range(k)]
+        launchers: list[EngineLauncher] = []
+        for i in range(k):
+            # each engine of several gets its own endpoint name (the first's with `#place`, as
+            # the app's replicas), so a fleet can spread real sessions over them (the agent check)
+            launchers.append(make(trial.profile, self.env, log_dir=log_dir if k == 1 else log_dir / f"engine{i + 1}",
+                                  extra_args=self.side.args(), gpu_memory=self._gpu_memory, sessions=self.sessions,
+                                  **({"engines_on_device": k, "place": i + 1} if k > 1 else {}),
+                                  **({"name": f"{getattr(launchers[0], 'name', 'managed')}#{i + 1}"} if i else {})))
         t0 = time.monotonic()
 
         def said(i: int) -> Callable[[str], None]:
